@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ListenAddrDefault is the listen address when MOCKPSP_ADDR is unset.
+const ListenAddrDefault = "127.0.0.1:8090"
+
+// ParseEnv reads the configuration from getenv (os.Getenv in main). Unset or
+// empty variables keep the current values. The error names the variable and
+// fits on one line.
+func (m *Main) ParseEnv(getenv func(string) string) error {
+	if v := strings.TrimSpace(getenv("MOCKPSP_ADDR")); v != "" {
+		// Checked here so that a typo is a one-line configuration error
+		// rather than a failure to listen.
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			return fmt.Errorf("MOCKPSP_ADDR: %q is not host:port", v)
+		}
+		m.ListenAddr = v
+	}
+	for _, rate := range []struct {
+		name string
+		dst  *float64
+	}{
+		{"MOCKPSP_ERROR_RATE", &m.Faults.ErrorRate},
+		{"MOCKPSP_DROP_RATE", &m.Faults.DropRate},
+	} {
+		v := strings.TrimSpace(getenv(rate.name))
+		if v == "" {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a number", rate.name, v)
+		}
+		// Written as !(in range) so that NaN fails too.
+		if !(f >= 0 && f <= 1) {
+			return fmt.Errorf("%s: must be between 0 and 1", rate.name)
+		}
+		*rate.dst = f
+	}
+	if v := strings.TrimSpace(getenv("MOCKPSP_LATENCY")); v != "" {
+		ms, err := parseLatency(v)
+		if err != nil {
+			return fmt.Errorf("MOCKPSP_LATENCY: %w", err)
+		}
+		m.Faults.LatencyMS = ms
+	}
+	return nil
+}
+
+// parseLatency accepts a Go duration ("50ms", "1s") or a bare integer of
+// milliseconds ("50"), the unit of latency_ms.
+func parseLatency(v string) (int, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.Atoi(v)
+		if nerr != nil {
+			return 0, fmt.Errorf("%q is neither a duration (50ms) nor a number of milliseconds", v)
+		}
+		if n > int(time.Duration(math.MaxInt64)/time.Millisecond) {
+			return 0, fmt.Errorf("%q: too long", v)
+		}
+		d = time.Duration(n) * time.Millisecond
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%q: must not be negative", v)
+	}
+	if d%time.Millisecond != 0 {
+		// The mock delays in whole milliseconds; rounding silently would
+		// turn "500us" into no latency at all.
+		return 0, fmt.Errorf("%q: must be a whole number of milliseconds", v)
+	}
+	return int(d / time.Millisecond), nil
+}

@@ -1,0 +1,164 @@
+// Command mockpsp serves the mock payment service provider of CONTRACT.md
+// ("The mock PSP") over HTTP, with its state in memory.
+//
+// Configuration is by environment variable: MOCKPSP_ADDR (default
+// 127.0.0.1:8090), MOCKPSP_ERROR_RATE and MOCKPSP_DROP_RATE (0..1) and
+// MOCKPSP_LATENCY (a Go duration, or a bare integer of milliseconds).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/phasepay/phasepay/internal/psp"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+// run is main with an exit code, so that deferred calls run before the exit.
+func run() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	m := NewMain()
+	m.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := m.ParseEnv(os.Getenv); err != nil {
+		fmt.Fprintf(os.Stderr, "mockpsp: %v\n", err)
+		return 2
+	}
+	if err := m.Run(ctx); err != nil {
+		m.Logger.Error("mockpsp stopped", "error", err)
+		return 1
+	}
+	return 0
+}
+
+// ShutdownTimeoutDefault bounds how long a graceful shutdown waits for
+// requests in flight (a request may be delayed by latency_ms).
+const ShutdownTimeoutDefault = 10 * time.Second
+
+// Main is the mockpsp program, built so that tests can run all of it
+// in-process. Create it with NewMain.
+type Main struct {
+	// ListenAddr is the TCP address to listen on; port 0 picks a free one,
+	// which Addr reports once Run is listening.
+	ListenAddr string
+	// Faults are injected from the start; PUT /_admin/faults changes them.
+	Faults psp.Faults
+	// ShutdownTimeout bounds the graceful shutdown when Run's context ends;
+	// connections still open after it are closed.
+	ShutdownTimeout time.Duration
+	// Logger receives the program's JSON log lines.
+	Logger *slog.Logger
+
+	listening chan struct{} // closed once Run has a listener
+
+	mu      sync.Mutex
+	running bool
+	addr    string
+	srv     *http.Server
+}
+
+// NewMain returns a Main with the contract's defaults.
+func NewMain() *Main {
+	return &Main{
+		ListenAddr:      ListenAddrDefault,
+		ShutdownTimeout: ShutdownTimeoutDefault,
+		Logger:          slog.New(slog.DiscardHandler),
+		listening:       make(chan struct{}),
+	}
+}
+
+// Run listens on ListenAddr and serves the mock until ctx ends, then shuts
+// down gracefully and returns nil. It returns early with an error if it
+// cannot listen or serve, and with nil after Close. It runs once per Main.
+func (m *Main) Run(ctx context.Context) error {
+	mock, err := psp.NewMock(m.Faults)
+	if err != nil {
+		return err
+	}
+
+	m.mu.Lock()
+	if m.running {
+		m.mu.Unlock()
+		return errors.New("run: already started")
+	}
+	m.running = true
+	m.mu.Unlock()
+
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", m.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", m.ListenAddr, err)
+	}
+	srv := &http.Server{
+		Handler:           mock,
+		ReadHeaderTimeout: 5 * time.Second,
+		// net/http's own complaints (TLS, hijack, panics) become JSON lines too.
+		ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelError),
+	}
+	m.mu.Lock()
+	m.addr, m.srv = ln.Addr().String(), srv
+	m.mu.Unlock()
+	close(m.listening)
+
+	m.Logger.Info("mockpsp listening", "addr", ln.Addr().String(),
+		"error_rate", m.Faults.ErrorRate, "drop_rate", m.Faults.DropRate, "latency_ms", m.Faults.LatencyMS)
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	select {
+	case err := <-served:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil // Close was called
+		}
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	m.Logger.Info("mockpsp shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+		<-served
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	<-served
+	return nil
+}
+
+// Addr returns the address Run listens on, with the real port when
+// ListenAddr asked for port 0; it is empty until Run is listening.
+func (m *Main) Addr() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.addr
+}
+
+// Close stops the server at once, dropping requests in flight; Run then
+// returns nil. It is safe to call before Run and more than once.
+func (m *Main) Close() error {
+	m.mu.Lock()
+	srv := m.srv
+	m.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	if err := srv.Close(); err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,64 @@
+package idempotency_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+)
+
+func TestFingerprintCanonical(t *testing.T) {
+	t.Parallel()
+	base := `{"amount":1000,"currency":"usd","metadata":{"a":"1","b":"2"}}`
+	same := []string{
+		base,
+		`{"currency":"usd","amount":1000,"metadata":{"b":"2","a":"1"}}`,
+		"{\n  \"amount\": 1000,\n  \"currency\": \"usd\",\n  \"metadata\": {\"a\": \"1\", \"b\": \"2\"}\n}\n",
+		`{"amount":1e3,"currency":"usd","metadata":{"a":"1","b":"2"}}`,
+		`{"amount":1000,"currency":"\u0075sd","metadata":{"a":"1","b":"2"}}`,
+	}
+	want, err := idempotency.Canonicalize("POST", "/v1/charges", []byte(base))
+	require.NoError(t, err)
+	require.Equal(t, base, string(want.Body))
+	for _, body := range same {
+		got, err := idempotency.Canonicalize("POST", "/v1/charges", []byte(body))
+		require.NoError(t, err)
+		require.Equal(t, want.Fingerprint, got.Fingerprint, body)
+	}
+
+	different := []struct{ method, path, body string }{
+		{"POST", "/v1/charges", `{"amount":1001,"currency":"usd","metadata":{"a":"1","b":"2"}}`},
+		{"POST", "/v1/charges", `{"amount":1000,"currency":"usd","metadata":{"a":"1"}}`},
+		{"PUT", "/v1/charges", base},
+		{"POST", "/v1/charge", base},
+	}
+	for _, d := range different {
+		got, err := idempotency.Canonicalize(d.method, d.path, []byte(d.body))
+		require.NoError(t, err)
+		require.NotEqual(t, want.Fingerprint, got.Fingerprint, d)
+	}
+
+	_, err = idempotency.Canonicalize("POST", "/v1/charges", []byte(`{"amount":`))
+	require.ErrorIs(t, err, idempotency.ErrBodyInvalid)
+}
+
+func FuzzFingerprint(f *testing.F) {
+	f.Add(`{"amount":1000,"currency":"usd"}`)
+	f.Add(`{"b":[1,2,{"c":null}],"a":"\u00e9"}`)
+	f.Add(`{"x":1.50,"y":-0,"z":1e21}`)
+	f.Add(`[]`)
+	f.Add(`not json`)
+	f.Fuzz(func(t *testing.T, body string) {
+		c, err := idempotency.Canonicalize("POST", "/v1/charges", []byte(body))
+		if err != nil {
+			return
+		}
+		// Canonical form is a fixed point: canonicalising it again changes
+		// neither the bytes nor the fingerprint.
+		again, err := idempotency.Canonicalize("POST", "/v1/charges", c.Body)
+		require.NoError(t, err)
+		require.Equal(t, string(c.Body), string(again.Body))
+		require.Equal(t, c.Fingerprint, again.Fingerprint)
+	})
+}

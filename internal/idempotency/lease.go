@@ -1,0 +1,160 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Lease is a worker's hold on a started key: the right to advance it, valid
+// while the key's lock_version is still Record.LockVersion. Every write below
+// carries that token, so a worker that stalled past its lease and was taken
+// over finds its writes match no row (ErrLeaseLost) and must roll back.
+type Lease struct {
+	store *Store
+	// Record is the key as it was when the lease was taken. Its Point is
+	// where the holder resumes.
+	Record Record
+}
+
+// advanceSQL fences a phase and records its recovery point. Callers run it
+// first in the phase's transaction: the row lock it takes makes a concurrent
+// takeover wait until the phase commits or rolls back, and a lost lease stops
+// the phase before any of its effects is written. It also renews the lease:
+// a worker that makes progress is alive.
+const advanceSQL = `
+UPDATE idempotency_keys
+   SET recovery_point = $5,
+       locked_until = phasepay_now() + $6 * interval '1 microsecond'
+ WHERE tenant_id = $1 AND key = $2 AND created_at = $3
+   AND lock_version = $4
+   AND state = 'started'`
+
+// Advance moves the key to point inside tx, fenced by the lease. Call it
+// before the phase's effects, in the same transaction; the caller commits.
+// It returns ErrLeaseLost if the lease was taken over or the key finished.
+func (l *Lease) Advance(ctx context.Context, tx pgx.Tx, point RecoveryPoint) error {
+	r := l.Record
+	tag, err := tx.Exec(ctx, advanceSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, string(point), l.store.cfg.Lease.Microseconds())
+	if err != nil {
+		return fmt.Errorf("advance %q to %s: %w", r.Key, point, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("advance %q to %s: %w", r.Key, point, ErrLeaseLost)
+	}
+	return nil
+}
+
+// finishSQL stores the response and ends the key, fenced like advanceSQL.
+const finishSQL = `
+UPDATE idempotency_keys
+   SET state = 'done',
+       recovery_point = 'done',
+       locked_until = NULL,
+       next_attempt_at = NULL,
+       last_error = NULL,
+       response_status = $5,
+       response_content_type = $6,
+       response_body = $7,
+       finished_at = phasepay_now()
+ WHERE tenant_id = $1 AND key = $2 AND created_at = $3
+   AND lock_version = $4
+   AND state = 'started'`
+
+// Finish stores resp as the key's final answer inside tx, the transaction of
+// the request's last effect. It returns ErrLeaseLost if the lease was lost.
+func (l *Lease) Finish(ctx context.Context, tx pgx.Tx, resp Response) error {
+	r := l.Record
+	tag, err := tx.Exec(ctx, finishSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, resp.Status, resp.ContentType, resp.Body)
+	if err != nil {
+		return fmt.Errorf("finish %q: %w", r.Key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("finish %q: %w", r.Key, ErrLeaseLost)
+	}
+	return nil
+}
+
+// releaseSQL gives the key up after a transient failure, at its last
+// recovery point: the lease ends now, so a client's retry takes it over at
+// once, while the reaper waits out a backoff that doubles with each attempt.
+const releaseSQL = `
+UPDATE idempotency_keys
+   SET locked_until = NULL,
+       attempts = attempts + 1,
+       last_error = left($5, 1000),
+       next_attempt_at = phasepay_now()
+           + least($6 * power(2, least(attempts, 30)), $7) * interval '1 microsecond'
+ WHERE tenant_id = $1 AND key = $2 AND created_at = $3
+   AND lock_version = $4
+   AND state = 'started'`
+
+// Release gives the lease up after a transient failure (cause). It returns
+// ErrLeaseLost if the lease was already lost, in which case there is nothing
+// to release.
+func (l *Lease) Release(ctx context.Context, q DBTX, cause error) error {
+	r := l.Record
+	msg := "released"
+	if cause != nil {
+		msg = cause.Error()
+	}
+	tag, err := q.Exec(ctx, releaseSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, msg,
+		l.store.cfg.RetryBackoff.Microseconds(), l.store.cfg.MaxRetryBackoff.Microseconds())
+	if err != nil {
+		return fmt.Errorf("release %q: %w", r.Key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("release %q: %w", r.Key, ErrLeaseLost)
+	}
+	return nil
+}
+
+// extendSQL is the heartbeat: it pushes the lease out while the holder waits
+// on something slow, fenced so that it cannot revive a lease already taken
+// over.
+const extendSQL = `
+UPDATE idempotency_keys
+   SET locked_until = phasepay_now() + $5 * interval '1 microsecond'
+ WHERE tenant_id = $1 AND key = $2 AND created_at = $3
+   AND lock_version = $4
+   AND state = 'started'`
+
+// Extend renews the lease for another Lease duration. It returns
+// ErrLeaseLost if the lease was taken over.
+func (l *Lease) Extend(ctx context.Context, q DBTX) error {
+	r := l.Record
+	tag, err := q.Exec(ctx, extendSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, l.store.cfg.Lease.Microseconds())
+	if err != nil {
+		return fmt.Errorf("extend %q: %w", r.Key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("extend %q: %w", r.Key, ErrLeaseLost)
+	}
+	return nil
+}
+
+// Heartbeat extends the lease every third of its duration until ctx ends,
+// so that a live worker waiting on a slow foreign call is not taken over
+// while a dead one's lease still runs out. It calls lost (once) and returns
+// when an extension finds the lease gone (ErrLeaseLost). Run it in its own goroutine.
+func (l *Lease) Heartbeat(ctx context.Context, q DBTX, lost func(error)) {
+	t := time.NewTicker(l.store.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			// A failed extension for any other reason (a dropped
+			// connection) is retried at the next tick: the lease still has
+			// two thirds of its time.
+			if err := l.Extend(ctx, q); errors.Is(err, ErrLeaseLost) {
+				lost(err)
+				return
+			}
+		}
+	}
+}

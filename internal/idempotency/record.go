@@ -1,0 +1,62 @@
+package idempotency
+
+import "time"
+
+// State is the coarse state of a key.
+type State string
+
+// The two states of a key. A key is started from its claim until the
+// transaction that stores its response; then it is done for good.
+const (
+	StateStarted State = "started"
+	StateDone    State = "done"
+)
+
+// RecoveryPoint names the last committed step of a started request. The
+// caller defines its own points between these two.
+type RecoveryPoint string
+
+// The recovery points every request has.
+const (
+	// PointStart: claimed, nothing else committed.
+	PointStart RecoveryPoint = "start"
+	// PointDone: the response is stored.
+	PointDone RecoveryPoint = "done"
+)
+
+// Response is a final answer, stored to be replayed byte for byte.
+type Response struct {
+	Status      int
+	ContentType string
+	Body        []byte
+}
+
+// Record is a stored key as a claim or lookup read it.
+type Record struct {
+	TenantID  int64
+	Key       string
+	CreatedAt time.Time
+	Request   Canonical
+	State     State
+	Point     RecoveryPoint
+	// LockVersion is the fencing token: bumped by every takeover.
+	LockVersion int64
+	// Leased reports whether a lease was valid when the record was read,
+	// by the database's clock.
+	Leased bool
+	// Attempts counts runs that released the lease without finishing.
+	Attempts int
+	// Response is set once State is StateDone.
+	Response *Response
+}
+
+// ID identifies one incarnation of a key: after retention drops it, the same
+// (tenant, key) may be claimed again with a new CreatedAt.
+type ID struct {
+	TenantID  int64
+	Key       string
+	CreatedAt time.Time
+}
+
+// ID returns the record's identity.
+func (r Record) ID() ID { return ID{TenantID: r.TenantID, Key: r.Key, CreatedAt: r.CreatedAt} }

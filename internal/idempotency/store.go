@@ -1,0 +1,204 @@
+package idempotency
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DBTX is what the store's functions run statements on: a *pgxpool.Pool, a
+// *pgx.Conn or a pgx.Tx. The caller owns the transaction, so a phase's effects
+// and its recovery point commit together.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Defaults of Config.
+const (
+	LeaseDefault           = 60 * time.Second
+	RetryBackoffDefault    = time.Second
+	MaxRetryBackoffDefault = 5 * time.Minute
+)
+
+// Config configures a Store.
+type Config struct {
+	// Lease is how long a claim, takeover, phase commit or heartbeat keeps a
+	// key to its worker. A worker that has not advanced or extended the key
+	// for this long is presumed dead and may be taken over. Default 60s.
+	Lease time.Duration
+	// RetryBackoff is how long the reaper waits before taking over a key
+	// whose run released it after a transient failure; it doubles with each
+	// attempt up to MaxRetryBackoff. A client's own retry does not wait.
+	// Defaults 1s and 5m.
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+}
+
+// Store claims and advances keys. It holds no connection: every method runs
+// on the DBTX or transaction it is given.
+type Store struct {
+	cfg Config
+}
+
+// NewStore returns a Store, filling Config's defaults.
+func NewStore(cfg Config) (*Store, error) {
+	cfg.Lease = cmp.Or(cfg.Lease, LeaseDefault)
+	cfg.RetryBackoff = cmp.Or(cfg.RetryBackoff, RetryBackoffDefault)
+	cfg.MaxRetryBackoff = cmp.Or(cfg.MaxRetryBackoff, MaxRetryBackoffDefault)
+	if cfg.Lease < time.Second {
+		return nil, fmt.Errorf("idempotency: lease %s is shorter than 1s", cfg.Lease)
+	}
+	if cfg.RetryBackoff < 0 || cfg.MaxRetryBackoff < cfg.RetryBackoff {
+		return nil, fmt.Errorf("idempotency: retry backoff %s..%s is not a range", cfg.RetryBackoff, cfg.MaxRetryBackoff)
+	}
+	return &Store{cfg: cfg}, nil
+}
+
+// Lease returns the configured lease duration.
+func (s *Store) Lease() time.Duration { return s.cfg.Lease }
+
+// claimLockSQL serialises every claim of one (tenant, key): this is what keeps
+// a key unique across partitions (see migrations/00002). The lock is held
+// until the claim's transaction ends. Namespace 0x70700001.
+const claimLockSQL = `SELECT current_setting('transaction_isolation'), pg_advisory_xact_lock(1886388225, hashtext($1::bigint::text || ':' || $2))::text`
+
+// claimSQL inserts the key unless it exists and returns the row either way.
+// It must be a statement of its own after claimLockSQL: a READ COMMITTED
+// statement's snapshot is taken when it starts, so only a statement that
+// starts after the lock was granted sees the row a competing claim committed
+// while we waited. (For the same reason the claim must not run in a
+// REPEATABLE READ or SERIALIZABLE transaction; Claim refuses a caller's
+// transaction that is.)
+//
+// Every partition is probed (an index lookup on each live day); no created_at
+// bound can be put on the lookup, since a key's age is not known before it
+// is found.
+const claimSQL = `
+WITH existing AS (
+    SELECT ` + recordColumns + `
+      FROM idempotency_keys
+     WHERE tenant_id = $1 AND key = $2
+     ORDER BY created_at DESC
+     LIMIT 1
+), inserted AS (
+    INSERT INTO idempotency_keys
+           (tenant_id, key, fingerprint, request_method, request_path, request_body, locked_until)
+    SELECT $1, $2, $3, $4, $5, $6, phasepay_now() + $7 * interval '1 microsecond'
+     WHERE NOT EXISTS (SELECT 1 FROM existing)
+    RETURNING ` + recordColumns + `
+)
+SELECT true, * FROM inserted
+UNION ALL
+SELECT false, * FROM existing`
+
+// recordColumns is read by scanRecord, in this order.
+const recordColumns = `tenant_id, key, created_at, fingerprint, request_method, request_path, request_body,
+       state, recovery_point, lock_version, coalesce(locked_until > phasepay_now(), false), attempts,
+       response_status, response_content_type, response_body`
+
+// Claim claims the key of a request inside tx, which the caller commits
+// before it makes any foreign call: once committed, the claim is visible to
+// every other request (they get 409, not a wait) and to the reaper.
+//
+// It returns the key's record and whether this call created it. A created
+// record's lease belongs to the caller (see LeaseOf); for an existing one the
+// caller asks Decide what to do.
+func (s *Store) Claim(ctx context.Context, tx pgx.Tx, tenantID int64, key string, req Canonical) (rec Record, created bool, err error) {
+	var isolation, ignored string
+	if err := tx.QueryRow(ctx, claimLockSQL, tenantID, key).Scan(&isolation, &ignored); err != nil {
+		return Record{}, false, fmt.Errorf("claim %q: lock: %w", key, err)
+	}
+	if isolation != "read committed" {
+		return Record{}, false, fmt.Errorf("claim %q: needs a READ COMMITTED transaction, got %s", key, isolation)
+	}
+	row := tx.QueryRow(ctx, claimSQL, tenantID, key, req.Fingerprint[:], req.Method, req.Path, req.Body, s.cfg.Lease.Microseconds())
+	rec, err = scanRecord(row, &created)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("claim %q: %w", key, err)
+	}
+	return rec, created, nil
+}
+
+// lookupSQL reads the newest incarnation of a key.
+const lookupSQL = `SELECT false, ` + recordColumns + `
+  FROM idempotency_keys WHERE tenant_id = $1 AND key = $2
+ ORDER BY created_at DESC LIMIT 1`
+
+// Lookup reads a key. It returns ErrNotFound if there is none.
+func (s *Store) Lookup(ctx context.Context, q DBTX, tenantID int64, key string) (Record, error) {
+	var ignored bool
+	rec, err := scanRecord(q.QueryRow(ctx, lookupSQL, tenantID, key), &ignored)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, fmt.Errorf("look up %q: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("look up %q: %w", key, err)
+	}
+	return rec, nil
+}
+
+func scanRecord(row pgx.Row, created *bool) (Record, error) {
+	var (
+		rec         Record
+		fp          []byte
+		status      *int32
+		contentType *string
+		body        []byte
+	)
+	err := row.Scan(created, &rec.TenantID, &rec.Key, &rec.CreatedAt, &fp,
+		&rec.Request.Method, &rec.Request.Path, &rec.Request.Body,
+		&rec.State, &rec.Point, &rec.LockVersion, &rec.Leased, &rec.Attempts,
+		&status, &contentType, &body)
+	if err != nil {
+		return Record{}, err
+	}
+	copy(rec.Request.Fingerprint[:], fp)
+	if status != nil {
+		rec.Response = &Response{Status: int(*status), ContentType: *contentType, Body: body}
+	}
+	return rec, nil
+}
+
+// LeaseOf returns the lease of a record this worker created with Claim.
+func (s *Store) LeaseOf(rec Record) *Lease {
+	return &Lease{store: s, Record: rec}
+}
+
+// takeOverSQL moves the key to a new holder. The fencing token is the point:
+// lock_version + 1 invalidates every write the previous holder may still try,
+// and "lock_version = $4" makes two simultaneous takeovers (a client retry
+// and a reaper, say) resolve to exactly one winner. The lease condition is
+// re-checked here, by the database's clock, because the record the caller
+// decided on may be stale.
+const takeOverSQL = `
+UPDATE idempotency_keys
+   SET lock_version = lock_version + 1,
+       locked_until = phasepay_now() + $5 * interval '1 microsecond'
+ WHERE tenant_id = $1 AND key = $2 AND created_at = $3
+   AND lock_version = $4
+   AND state = 'started'
+   AND (locked_until IS NULL OR locked_until <= phasepay_now())
+RETURNING lock_version, recovery_point`
+
+// TakeOver takes the key of rec over from a holder whose lease expired. It
+// returns ErrInProgress if someone else took it over, extended or finished it
+// since rec was read; the caller may Lookup and Decide again.
+func (s *Store) TakeOver(ctx context.Context, q DBTX, rec Record) (*Lease, error) {
+	err := q.QueryRow(ctx, takeOverSQL, rec.TenantID, rec.Key, rec.CreatedAt, rec.LockVersion, s.cfg.Lease.Microseconds()).
+		Scan(&rec.LockVersion, &rec.Point)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("take over %q: %w", rec.Key, ErrInProgress)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("take over %q: %w", rec.Key, err)
+	}
+	rec.Leased = true
+	return &Lease{store: s, Record: rec}, nil
+}

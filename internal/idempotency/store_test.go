@@ -1,0 +1,318 @@
+package idempotency_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/testdb"
+)
+
+type testBundle struct {
+	url    string
+	pool   *pgxpool.Pool
+	store  *idempotency.Store
+	tenant int64
+	req    idempotency.Canonical
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	url := testdb.NewURL(t)
+	pool := testdb.Pool(t, url, time.Time{})
+	store, err := idempotency.NewStore(idempotency.Config{Lease: time.Minute})
+	require.NoError(t, err)
+	req, err := idempotency.Canonicalize("POST", "/v1/things", []byte(`{"n":1}`))
+	require.NoError(t, err)
+	var tenant int64
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`INSERT INTO tenants (name) VALUES ($1) RETURNING id`, t.Name()).Scan(&tenant))
+	return &testBundle{url: url, pool: pool, store: store, tenant: tenant, req: req}
+}
+
+// claim runs a claim in its own committed transaction, as callers must.
+func claim(ctx context.Context, pool *pgxpool.Pool, store *idempotency.Store, tenant int64, key string, req idempotency.Canonical) (rec idempotency.Record, created bool, err error) {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		rec, created, err = store.Claim(ctx, tx, tenant, key, req)
+		return err
+	})
+	return rec, created, err
+}
+
+func countRows(t *testing.T, pool *pgxpool.Pool, tenant int64, key string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM idempotency_keys WHERE tenant_id = $1 AND key = $2`, tenant, key).Scan(&n))
+	return n
+}
+
+func TestConcurrentDuplicatesClaimOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	const workers = 50
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		created int
+	)
+	for range workers {
+		wg.Go(func() {
+			_, c, err := claim(ctx, b.pool, b.store, b.tenant, "dup", b.req)
+			require.NoError(t, err)
+			if c {
+				mu.Lock()
+				created++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, 1, created)
+	require.Equal(t, 1, countRows(t, b.pool, b.tenant, "dup"))
+}
+
+// The primary key includes created_at, so nothing but the claim's advisory
+// lock stops a second row for the same key in the next day's partition. Two
+// workers whose clocks stand either side of midnight race for each key.
+func TestClaimUniqueAcrossPartitionBoundary(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	midnight := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour) // partitions exist up to +3 days
+	before := testdb.Pool(t, b.url, midnight.Add(-time.Millisecond))
+	after := testdb.Pool(t, b.url, midnight.Add(time.Millisecond))
+
+	for i := range 30 {
+		key := fmt.Sprintf("boundary-%d", i)
+		var (
+			wg      sync.WaitGroup
+			results [2]bool
+		)
+		for j, pool := range []*pgxpool.Pool{before, after} {
+			wg.Go(func() {
+				_, created, err := claim(ctx, pool, b.store, b.tenant, key, b.req)
+				require.NoError(t, err)
+				results[j] = created
+			})
+		}
+		wg.Wait()
+		require.True(t, results[0] != results[1], "key %s: exactly one claim must create it, got %v", key, results)
+		require.Equal(t, 1, countRows(t, b.pool, b.tenant, key))
+	}
+
+	// And sequentially, the later day finds the earlier day's key.
+	_, created, err := claim(ctx, before, b.store, b.tenant, "seq", b.req)
+	require.NoError(t, err)
+	require.True(t, created)
+	rec, created, err := claim(ctx, after, b.store, b.tenant, "seq", b.req)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, midnight.Add(-time.Millisecond), rec.CreatedAt.UTC())
+}
+
+// A claim inside REPEATABLE READ would read from a snapshot taken before it
+// waited for the lock and could insert a duplicate; it is refused.
+func TestClaimRefusesSnapshotIsolation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	err := pgx.BeginTxFunc(ctx, b.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		_, _, err := b.store.Claim(ctx, tx, b.tenant, "rr", b.req)
+		return err
+	})
+	require.ErrorContains(t, err, "READ COMMITTED")
+	require.Equal(t, 0, countRows(t, b.pool, b.tenant, "rr"))
+}
+
+func TestClaimDecisions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	rec, created, err := claim(ctx, b.pool, b.store, b.tenant, "k", b.req)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.True(t, rec.Leased)
+	require.Equal(t, idempotency.PointStart, rec.Point)
+	require.EqualValues(t, 1, rec.LockVersion)
+	require.Equal(t, b.req.Body, rec.Request.Body)
+
+	again, created, err := claim(ctx, b.pool, b.store, b.tenant, "k", b.req)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, idempotency.InProgress, idempotency.Decide(again, b.req.Fingerprint))
+
+	other, err := idempotency.Canonicalize("POST", "/v1/things", []byte(`{"n":2}`))
+	require.NoError(t, err)
+	again, _, err = claim(ctx, b.pool, b.store, b.tenant, "k", other)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Mismatch, idempotency.Decide(again, other.Fingerprint))
+
+	// Finish stores the response; the next claim replays it byte for byte.
+	lease := b.store.LeaseOf(rec)
+	resp := idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{"id": 1}` + "\n")}
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return lease.Finish(ctx, tx, resp) }))
+	again, _, err = claim(ctx, b.pool, b.store, b.tenant, "k", b.req)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Replay, idempotency.Decide(again, b.req.Fingerprint))
+	require.Equal(t, &resp, again.Response)
+
+	// Keys are scoped per tenant.
+	var tenant2 int64
+	require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('other') RETURNING id`).Scan(&tenant2))
+	_, created, err = claim(ctx, b.pool, b.store, tenant2, "k", other)
+	require.NoError(t, err)
+	require.True(t, created)
+}
+
+// A worker paused past its lease (GC pause, SIGSTOP, network stall) wakes
+// after another worker took the key over: none of its writes may land.
+func TestStaleWorkerCannotCommitAfterTakeover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	t0 := time.Now().UTC().Truncate(time.Second)
+	then := testdb.Pool(t, b.url, t0)
+	later := testdb.Pool(t, b.url, t0.Add(b.store.Lease()+time.Second))
+
+	rec, created, err := claim(ctx, then, b.store, b.tenant, "stale", b.req)
+	require.NoError(t, err)
+	require.True(t, created)
+	stale := b.store.LeaseOf(rec)
+
+	// Later, the lease has run out: the next worker decides to take over.
+	seen, err := b.store.Lookup(ctx, later, b.tenant, "stale")
+	require.NoError(t, err)
+	require.Equal(t, idempotency.TakeOver, idempotency.Decide(seen, b.req.Fingerprint))
+	fresh, err := b.store.TakeOver(ctx, later, seen)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, fresh.Record.LockVersion)
+
+	// The stale worker wakes up: every write it tries fails and changes nothing.
+	err = pgx.BeginFunc(ctx, then, func(tx pgx.Tx) error { return stale.Advance(ctx, tx, "charge_created") })
+	require.ErrorIs(t, err, idempotency.ErrLeaseLost)
+	err = pgx.BeginFunc(ctx, then, func(tx pgx.Tx) error {
+		return stale.Finish(ctx, tx, idempotency.Response{Status: 500, ContentType: "text/plain", Body: []byte("stale")})
+	})
+	require.ErrorIs(t, err, idempotency.ErrLeaseLost)
+	require.ErrorIs(t, stale.Extend(ctx, then), idempotency.ErrLeaseLost)
+	require.ErrorIs(t, stale.Release(ctx, then, nil), idempotency.ErrLeaseLost)
+
+	// The new holder is unaffected.
+	require.NoError(t, pgx.BeginFunc(ctx, later, func(tx pgx.Tx) error { return fresh.Advance(ctx, tx, "charge_created") }))
+	now, err := b.store.Lookup(ctx, later, b.tenant, "stale")
+	require.NoError(t, err)
+	require.Equal(t, idempotency.RecoveryPoint("charge_created"), now.Point)
+	require.EqualValues(t, 2, now.LockVersion)
+	require.Equal(t, idempotency.StateStarted, now.State)
+}
+
+// A phase that began under a valid lease holds the key's row lock: a takeover
+// waits for it, then finds the lock_version it expected gone only if the
+// phase committed a finish. Here it commits an advance, and the takeover
+// (decided on the stale record) resolves to no winner rather than two.
+func TestConcurrentTakeoversOneWinner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	t0 := time.Now().UTC().Truncate(time.Second)
+	then := testdb.Pool(t, b.url, t0)
+	later := testdb.Pool(t, b.url, t0.Add(b.store.Lease()+time.Second))
+	_, _, err := claim(ctx, then, b.store, b.tenant, "race", b.req)
+	require.NoError(t, err)
+	seen, err := b.store.Lookup(ctx, later, b.tenant, "race")
+	require.NoError(t, err)
+
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		wins int
+	)
+	for range 10 {
+		wg.Go(func() {
+			_, err := b.store.TakeOver(ctx, later, seen)
+			if err == nil {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+				return
+			}
+			require.ErrorIs(t, err, idempotency.ErrInProgress)
+		})
+	}
+	wg.Wait()
+	require.Equal(t, 1, wins)
+}
+
+// After a transient failure the worker releases its lease: a client's retry
+// takes over at once instead of waiting out the lease, and the reaper's
+// backoff is recorded.
+func TestReleasedKeyIsTakenOverAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	rec, _, err := claim(ctx, b.pool, b.store, b.tenant, "rel", b.req)
+	require.NoError(t, err)
+	lease := b.store.LeaseOf(rec)
+	require.NoError(t, lease.Release(ctx, b.pool, fmt.Errorf("psp unavailable")))
+
+	seen, _, err := claim(ctx, b.pool, b.store, b.tenant, "rel", b.req)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.TakeOver, idempotency.Decide(seen, b.req.Fingerprint))
+	require.Equal(t, 1, seen.Attempts)
+	var lastErr string
+	var backoffSet bool
+	require.NoError(t, b.pool.QueryRow(ctx,
+		`SELECT last_error, next_attempt_at > phasepay_now() FROM idempotency_keys WHERE key = 'rel'`).Scan(&lastErr, &backoffSet))
+	require.Equal(t, "psp unavailable", lastErr)
+	require.True(t, backoffSet)
+
+	_, err = b.store.TakeOver(ctx, b.pool, seen)
+	require.NoError(t, err)
+}
+
+// A live worker waiting on a slow call keeps its lease by heartbeat; once it
+// stops (it died), the lease runs out.
+func TestHeartbeatKeepsLeaseAlive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	store, err := idempotency.NewStore(idempotency.Config{Lease: time.Second})
+	require.NoError(t, err)
+
+	rec, _, err := claim(ctx, b.pool, store, b.tenant, "hb", b.req)
+	require.NoError(t, err)
+	lease := store.LeaseOf(rec)
+	hbCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lease.Heartbeat(hbCtx, b.pool, func(err error) { t.Errorf("lease lost: %v", err) })
+	}()
+
+	time.Sleep(2500 * time.Millisecond) // 2.5 leases
+	seen, err := store.Lookup(ctx, b.pool, b.tenant, "hb")
+	require.NoError(t, err)
+	require.True(t, seen.Leased, "heartbeat should have kept the lease")
+
+	stop()
+	<-done
+	require.Eventually(t, func() bool {
+		seen, err := store.Lookup(ctx, b.pool, b.tenant, "hb")
+		return err == nil && !seen.Leased
+	}, 3*time.Second, 50*time.Millisecond)
+}

@@ -1,0 +1,35 @@
+// Package migrations holds phasepay's schema as goose SQL migrations, embedded
+// so that bin/api migrate needs no files beside the binary.
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+// FS holds every migration file.
+//
+//go:embed *.sql
+var FS embed.FS
+
+// Up applies every pending migration. It is safe to run twice and from two
+// processes at once: goose takes a session advisory lock around the run.
+func Up(ctx context.Context, db *sql.DB) error {
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return fmt.Errorf("migrations: locker: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, FS, goose.WithSessionLocker(locker))
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrations: up: %w", err)
+	}
+	return nil
+}
