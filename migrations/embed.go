@@ -8,6 +8,8 @@ import (
 	"embed"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 )
@@ -32,4 +34,15 @@ func Up(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("migrations: up: %w", err)
 	}
 	return nil
+}
+
+// UpURL applies every pending migration to the database at url.
+func UpURL(ctx context.Context, url string) error {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	return Up(ctx, db)
 }

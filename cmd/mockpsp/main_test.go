@@ -17,10 +17,23 @@ func TestMain(m *testing.M) {
 }
 
 type mainBundle struct {
-	main   *Main
-	url    string
-	cancel context.CancelFunc
-	done   chan error // receives Run's result
+	main    *Main
+	url     string
+	cancel  context.CancelFunc
+	stopped chan struct{} // closed when Run has returned runErr
+	runErr  error
+}
+
+// wait returns Run's result once it has returned.
+func (b *mainBundle) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case <-b.stopped:
+		return b.runErr
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "Run did not return")
+		return nil
+	}
 }
 
 // setup runs Main on a free port and waits until it listens.
@@ -31,22 +44,25 @@ func setup(t *testing.T) *mainBundle {
 		return map[string]string{"MOCKPSP_ADDR": "127.0.0.1:0"}[k]
 	}))
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
+	b := &mainBundle{main: m, cancel: cancel, stopped: make(chan struct{})}
+	go func() {
+		b.runErr = m.Run(ctx)
+		close(b.stopped)
+	}()
 	t.Cleanup(func() {
 		cancel()
-		_ = m.Close()
-		<-done
+		<-b.stopped
 	})
 
 	select {
 	case <-m.listening:
-	case err := <-done:
-		require.FailNow(t, "Run returned before listening", "%v", err)
+	case <-b.stopped:
+		require.FailNow(t, "Run returned before listening", "%v", b.runErr)
 	case <-time.After(5 * time.Second):
 		require.FailNow(t, "Run did not start listening")
 	}
-	return &mainBundle{main: m, url: "http://" + m.Addr(), cancel: cancel, done: done}
+	b.url = "http://" + m.Addr()
+	return b
 }
 
 func (b *mainBundle) do(t *testing.T, method, path, key, body string) *http.Response {
@@ -88,26 +104,14 @@ func TestRunServesUntilCanceled(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 
 	b.cancel()
-	select {
-	case err := <-b.done:
-		require.NoError(t, err)
-		b.done <- err // for the cleanup
-	case <-time.After(5 * time.Second):
-		require.FailNow(t, "Run did not return after cancel")
-	}
+	require.NoError(t, b.wait(t))
 }
 
 func TestRunCloseStopsServer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	require.NoError(t, b.main.Close())
-	select {
-	case err := <-b.done:
-		require.NoError(t, err)
-		b.done <- err
-	case <-time.After(5 * time.Second):
-		require.FailNow(t, "Run did not return after Close")
-	}
+	require.NoError(t, b.wait(t))
 	require.NoError(t, b.main.Close(), "Close is safe twice")
 }
 

@@ -28,7 +28,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 
@@ -219,25 +218,15 @@ func buildTemplate(ctx context.Context, admin string) (string, error) {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+building); err != nil {
 		return "", err
 	}
-	if err := migrate(ctx, withDatabase(admin, building)); err != nil {
+	// UpURL closes its connections before returning: a database cannot serve as
+	// a template while anyone is connected to it.
+	if err := migrations.UpURL(ctx, withDatabase(admin, building)); err != nil {
 		return "", fmt.Errorf("migrate %s: %w", building, err)
 	}
 	if _, err := conn.Exec(ctx, "ALTER DATABASE "+building+" RENAME TO "+name); err != nil {
 		return "", err
 	}
 	return name, nil
-}
-
-func migrate(ctx context.Context, url string) error {
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		return err
-	}
-	// Close waits for every connection to go: the database cannot serve as a
-	// template while anyone is connected to it.
-	db := stdlib.OpenDB(*cfg)
-	defer db.Close()
-	return migrations.Up(ctx, db)
 }
 
 func migrationsHash() (string, error) {

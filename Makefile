@@ -1,0 +1,44 @@
+# phasepay: see README.md. `make run` and `make test` are the two commands.
+SHELL := bash
+GO    ?= go
+export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/phasepay?sslmode=disable
+export API_ADDR     ?= 127.0.0.1:8080
+export MOCKPSP_ADDR ?= 127.0.0.1:8090
+
+BINARIES := bin/api bin/reaper bin/mockpsp
+
+.PHONY: all build run test test-short fuzz vet pg clean
+
+all: build
+
+build: $(BINARIES)
+
+bin/%: FORCE
+	$(GO) build -trimpath -o $@ ./cmd/$*
+
+FORCE:
+
+## pg: make sure PostgreSQL answers on 127.0.0.1:5432 (starts the local cluster if it is down)
+pg:
+	@scripts/ensure-postgres
+
+## run: migrate, create a dev API key, run api (with the embedded mock PSP) and reaper
+run: build pg
+	@scripts/run-dev
+
+## test: every test against a real PostgreSQL, with -race, plus a short fuzz of the parsers
+test: pg vet
+	$(GO) test -race -count=1 -timeout 9m ./...
+	$(MAKE) --no-print-directory fuzz
+
+FUZZTIME ?= 5s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/idempotency
+	$(GO) test -run '^$$' -fuzz '^FuzzFingerprint$$' -fuzztime $(FUZZTIME) ./internal/idempotency
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+
+clean:
+	rm -rf bin

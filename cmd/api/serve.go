@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/httpapi"
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/telemetry"
+	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/migrations"
+)
+
+// ShutdownTimeout bounds how long SIGTERM waits for requests in flight. A
+// request cut off after it keeps its recovery point and lease; a retry or
+// the reaper resumes it.
+const ShutdownTimeout = 30 * time.Second
+
+// Main is the API server, runnable in-process by tests.
+type Main struct {
+	Config Config
+	Logger *slog.Logger
+	// CrashHook is passed to the state machine (tests only).
+	CrashHook func(ctx context.Context, at charges.CrashPoint) error
+	// Authorizer, if set, replaces the PSP client (tests only).
+	Authorizer charges.Authorizer
+
+	mu      sync.Mutex
+	addr    string
+	mockPSP *psp.Mock
+	ready   chan struct{}
+}
+
+// Run serves until ctx ends, then shuts down gracefully.
+func (m *Main) Run(ctx context.Context) error {
+	m.init()
+	pool, err := pgxpool.New(ctx, m.Config.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	defer pool.Close()
+	if created, err := idempotency.EnsurePartitions(ctx, pool); err != nil {
+		return fmt.Errorf("start: %w (has `api migrate` run?)", err)
+	} else if created > 0 {
+		m.Logger.Info("created partitions ahead", "count", created)
+	}
+
+	var servers []*http.Server
+	authorizer := m.Authorizer
+	if authorizer == nil {
+		pspURL := m.Config.PSPURL
+		if pspURL == "" {
+			srv, url, err := m.startMockPSP()
+			if err != nil {
+				return err
+			}
+			servers = append(servers, srv)
+			pspURL = url
+		}
+		if authorizer, err = psp.NewClient(psp.ClientConfig{BaseURL: pspURL}); err != nil {
+			return fmt.Errorf("psp: %w", err)
+		}
+	}
+
+	keys, err := idempotency.NewStore(idempotency.Config{Lease: m.Config.Lease})
+	if err != nil {
+		return err
+	}
+	metrics, err := telemetry.NewMetrics()
+	if err != nil {
+		return err
+	}
+	defer metrics.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // best effort at exit
+	svc := charges.NewService(pool, keys, authorizer, charges.Config{
+		OneCommitPerPhase: m.Config.OneCommitPerPhase,
+		CrashHook:         m.CrashHook,
+		Logger:            m.Logger,
+	})
+	handler, err := httpapi.NewHandler(httpapi.Config{
+		Pool: pool, Charges: svc, Metrics: metrics.Handler, Meter: metrics.Meter("phasepay/api"), Logger: m.Logger,
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", m.Config.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	api := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
+	servers = append(servers, api)
+	m.mu.Lock()
+	m.addr = ln.Addr().String()
+	m.mu.Unlock()
+	close(m.ready)
+	m.Logger.Info("api listening", "addr", m.addr, "psp", pspLabel(m.Config), "lease", m.Config.Lease.String())
+
+	served := make(chan error, 1)
+	go func() { served <- api.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	m.Logger.Info("api shutting down")
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
+	defer cancel()
+	var errs []error
+	for _, s := range servers {
+		if err := s.Shutdown(shutCtx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Main) init() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ready == nil {
+		m.ready = make(chan struct{})
+	}
+	if m.Logger == nil {
+		m.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Addr waits until Run listens and returns its address.
+func (m *Main) Addr(ctx context.Context) (string, error) {
+	m.init()
+	select {
+	case <-m.ready:
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.addr, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// MockPSP returns the in-process mock PSP, if Run started one.
+func (m *Main) MockPSP() *psp.Mock {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mockPSP
+}
+
+// startMockPSP serves the embedded mock PSP on MockPSPAddr, or on a free
+// port if that one is taken (another api process has it).
+func (m *Main) startMockPSP() (*http.Server, string, error) {
+	mock, err := psp.NewMock(psp.Faults{})
+	if err != nil {
+		return nil, "", err
+	}
+	ln, err := net.Listen("tcp", m.Config.MockPSPAddr)
+	if err != nil {
+		m.Logger.Warn("embedded mock PSP: address taken, using a free port", "addr", m.Config.MockPSPAddr, "error", err.Error())
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, "", fmt.Errorf("embedded mock psp: %w", err)
+		}
+	}
+	srv := &http.Server{Handler: mock, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln) //nolint:errcheck // ends with Shutdown
+	m.mu.Lock()
+	m.mockPSP = mock
+	m.mu.Unlock()
+	m.Logger.Info("embedded mock psp listening", "addr", ln.Addr().String())
+	return srv, "http://" + ln.Addr().String(), nil
+}
+
+func pspLabel(c Config) string {
+	if c.PSPURL == "" {
+		return "embedded mock"
+	}
+	return c.PSPURL
+}
+
+func migrate(ctx context.Context, cfg Config) error {
+	if err := migrations.UpURL(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = idempotency.EnsurePartitions(ctx, conn)
+	return err
+}
+
+func createKey(ctx context.Context, cfg Config, tenant string) (string, error) {
+	conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var secret string
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		_, secret, err = tenants.CreateKey(ctx, tx, tenant)
+		return err
+	})
+	return secret, err
+}

@@ -1,0 +1,403 @@
+// Package charges creates charges: POST /v1/charges as an idempotent state
+// machine of atomic phases over PostgreSQL, with the PSP call between them.
+//
+// The state machine of one request, and the transaction that commits each
+// arrow (the recovery point is committed with the arrow's effects, fenced by
+// the key's lock_version):
+//
+//	           claim (tx 1)
+//	              │
+//	              ▼
+//	  ┌─────── start ───────┐   tx 1 too: no foreign call between the claim
+//	  │ createCharge        │   and the charge row, so they commit together
+//	  ▼                     │   (unless Config.OneCommitPerPhase: tx 1b)
+//	charge_created          │
+//	  │ PSP authorize       │   the foreign call, outside any transaction,
+//	  │ (key <charge>:authorize)  under a heartbeat-renewed lease
+//	  ▼
+//	psp_authorized ─────────┐   tx 2: the PSP's answer on the charge row
+//	  │ finish              │   tx 2 too (unless OneCommitPerPhase: tx 2b):
+//	  ▼                     │   the response stored for replay, key done
+//	done ◀──────────────────┘
+//
+// A new charge therefore costs two commits; a resumed one starts at its
+// recovery point and costs one commit per remaining transaction. A PSP that
+// stays unavailable releases the lease at charge_created: the next retry or
+// the reaper resumes there and repeats the PSP call with the same PSP key,
+// which can never authorize twice.
+package charges
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/problem"
+	"github.com/phasepay/phasepay/internal/psp"
+)
+
+// The recovery points between start and done.
+const (
+	PointChargeCreated idempotency.RecoveryPoint = "charge_created"
+	PointPSPAuthorized idempotency.RecoveryPoint = "psp_authorized"
+)
+
+// Path is the request path charges' keys are claimed under; the reaper uses
+// it to route a key it takes over back to this package.
+const Path = "/v1/charges"
+
+// Authorizer is the PSP as the state machine sees it (*psp.Client).
+type Authorizer interface {
+	Authorize(ctx context.Context, req psp.AuthorizeRequest) (psp.Authorization, error)
+}
+
+// Config configures a Service.
+type Config struct {
+	// OneCommitPerPhase commits every arrow in a transaction of its own
+	// (four commits per new charge) instead of folding the arrows that have
+	// no foreign call between them (two). The recovery points are the same
+	// either way; only the commit boundaries move. For comparison in
+	// benchmarks and for tests that crash between every arrow.
+	OneCommitPerPhase bool
+	// CrashHook, if set, is called at each crash point (see CrashPoint). If
+	// it returns an error the run stops there at once, as if the process had
+	// died: no rollback of what committed, no lease release. For tests.
+	CrashHook func(ctx context.Context, at CrashPoint) error
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// CrashPoint names a moment at which a test may kill a run.
+type CrashPoint string
+
+// The crash points: after each commit, and after the PSP answered but before
+// its answer committed (the lost-response case).
+const (
+	CrashAfterClaim         CrashPoint = "after_claim"
+	CrashAfterChargeCreated CrashPoint = "after_charge_created"
+	CrashAfterPSPCall       CrashPoint = "after_psp_call"
+	CrashAfterPSPAuthorized CrashPoint = "after_psp_authorized"
+)
+
+// Service runs charge requests.
+type Service struct {
+	pool *pgxpool.Pool
+	keys *idempotency.Store
+	psp  Authorizer
+	cfg  Config
+	log  *slog.Logger
+}
+
+// NewService returns a Service.
+func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authorizer, cfg Config) *Service {
+	return &Service{pool: pool, keys: keys, psp: authorizer, cfg: cfg, log: cmpLogger(cfg.Logger)}
+}
+
+// Outcome says how a request's key was handled (for logs and metrics).
+type Outcome string
+
+// The outcomes of a request that got a response.
+const (
+	OutcomeNew      Outcome = "new"
+	OutcomeReplay   Outcome = "replay"
+	OutcomeTakeover Outcome = "takeover"
+)
+
+// Result is the final response of a request, new or replayed.
+type Result struct {
+	Response idempotency.Response
+	Outcome  Outcome
+}
+
+// Create runs one POST /v1/charges. It returns the final response (new or
+// replayed), or an error: idempotency.ErrMismatch, idempotency.ErrInProgress,
+// ErrPSPUnavailable, or an internal error. params must be the request that
+// req fingerprints.
+func (s *Service) Create(ctx context.Context, tenantID int64, key string, req idempotency.Canonical, params CreateParams) (Result, error) {
+	var (
+		rec     idempotency.Record
+		created bool
+		charge  *Charge
+	)
+	// Transaction 1: the claim, committed before any foreign call so that a
+	// duplicate gets 409 at once and the reaper can see the key. Folded into
+	// it: start → charge_created.
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		if rec, created, err = s.keys.Claim(ctx, tx, tenantID, key, req); err != nil || !created || s.cfg.OneCommitPerPhase {
+			return err
+		}
+		charge, err = s.createCharge(ctx, tx, s.keys.LeaseOf(rec), params)
+		return err
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("create charge: %w", err)
+	}
+	if !created {
+		return s.existing(ctx, rec, req.Fingerprint)
+	}
+	if err := s.crash(ctx, CrashAfterClaim); err != nil {
+		return Result{}, err
+	}
+	lease := s.keys.LeaseOf(rec)
+	point := idempotency.PointStart
+	if charge != nil {
+		point = PointChargeCreated
+	}
+	resp, err := s.drive(ctx, lease, point, charge)
+	return Result{Response: resp, Outcome: OutcomeNew}, err
+}
+
+// existing answers a request whose key was already claimed.
+func (s *Service) existing(ctx context.Context, rec idempotency.Record, fp idempotency.Fingerprint) (Result, error) {
+	// Two rounds at most: a takeover that loses the race re-reads the key
+	// once, and then it is either done (replay) or someone holds it (409).
+	for range 2 {
+		switch idempotency.Decide(rec, fp) {
+		case idempotency.Mismatch:
+			return Result{}, idempotency.ErrMismatch
+		case idempotency.Replay:
+			return Result{Response: *rec.Response, Outcome: OutcomeReplay}, nil
+		case idempotency.InProgress:
+			return Result{}, idempotency.ErrInProgress
+		case idempotency.TakeOver:
+			lease, err := s.keys.TakeOver(ctx, s.pool, rec)
+			if errors.Is(err, idempotency.ErrInProgress) {
+				if rec, err = s.keys.Lookup(ctx, s.pool, rec.TenantID, rec.Key); err != nil {
+					return Result{}, err
+				}
+				continue
+			}
+			if err != nil {
+				return Result{}, err
+			}
+			resp, err := s.Resume(ctx, lease)
+			return Result{Response: resp, Outcome: OutcomeTakeover}, err
+		}
+	}
+	return Result{}, idempotency.ErrInProgress
+}
+
+// Resume drives a key this worker has just taken over (a client's retry, or
+// the reaper) from its recovery point to done.
+func (s *Service) Resume(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error) {
+	return s.drive(ctx, lease, lease.Record.Point, nil)
+}
+
+// drive advances a leased request from point to done, one transaction per
+// case. charge is the request's charge if the caller has it in hand.
+//
+// If the lease is lost on the way (a worker that stalled past its lease and
+// was taken over), drive answers only with what the key stores: the new
+// holder's response once it is done, else ErrInProgress. It never answers
+// from its own rolled-back work.
+func (s *Service) drive(ctx context.Context, lease *idempotency.Lease, point idempotency.RecoveryPoint, charge *Charge) (idempotency.Response, error) {
+	for {
+		var (
+			resp idempotency.Response
+			err  error
+		)
+		switch point {
+		case idempotency.PointStart:
+			// start → charge_created (only here when not folded into the claim,
+			// or when a crash came between a one-commit claim and this).
+			var params CreateParams
+			if params, err = ParseCreateParams(lease.Record.Request.Body); err != nil {
+				return resp, fmt.Errorf("resume %q: stored request: %w", lease.Record.Key, err)
+			}
+			err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+				charge, err = s.createCharge(ctx, tx, lease, params)
+				return err
+			})
+			point = PointChargeCreated
+			if err == nil {
+				err = s.crash(ctx, CrashAfterChargeCreated)
+			}
+
+		case PointChargeCreated:
+			// The foreign call, then charge_created → psp_authorized and,
+			// folded into the same transaction, → done.
+			if charge == nil {
+				if charge, err = chargeByKey(ctx, s.pool, lease.Record.ID()); err != nil {
+					return resp, err
+				}
+			}
+			var auth psp.Authorization
+			if auth, err = s.authorize(ctx, lease, charge); err != nil {
+				return resp, s.release(ctx, lease, err)
+			}
+			if err = s.crash(ctx, CrashAfterPSPCall); err != nil {
+				return resp, err
+			}
+			err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+				if err := s.recordAuthorization(ctx, tx, lease, charge, auth); err != nil || s.cfg.OneCommitPerPhase {
+					return err
+				}
+				resp, err = s.finish(ctx, tx, lease, charge)
+				return err
+			})
+			point = PointPSPAuthorized
+			if !s.cfg.OneCommitPerPhase {
+				point = idempotency.PointDone
+			}
+			if err == nil {
+				err = s.crash(ctx, CrashAfterPSPAuthorized)
+			}
+
+		case PointPSPAuthorized:
+			// psp_authorized → done.
+			err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+				if charge == nil {
+					if charge, err = chargeByKey(ctx, tx, lease.Record.ID()); err != nil {
+						return err
+					}
+				}
+				resp, err = s.finish(ctx, tx, lease, charge)
+				return err
+			})
+			point = idempotency.PointDone
+
+		case idempotency.PointDone:
+			return resp, nil
+
+		default:
+			return resp, fmt.Errorf("resume %q: unknown recovery point %q", lease.Record.Key, point)
+		}
+
+		switch {
+		case errors.Is(err, idempotency.ErrLeaseLost):
+			return s.afterLeaseLost(ctx, lease)
+		case err != nil:
+			return resp, err
+		case point == idempotency.PointDone:
+			return resp, nil
+		}
+	}
+}
+
+// createCharge is the arrow start → charge_created: a pending charge row.
+func (s *Service) createCharge(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, params CreateParams) (*Charge, error) {
+	if err := lease.Advance(ctx, tx, PointChargeCreated); err != nil {
+		return nil, err
+	}
+	return insertCharge(ctx, tx, lease.Record.ID(), params)
+}
+
+// authorize makes the foreign call. Its PSP key is derived from the charge
+// id, unique across tenants and stable across retries and takeovers, so the
+// PSP answers a repeat with its first answer. A heartbeat keeps the lease
+// while the call is slow.
+func (s *Service) authorize(ctx context.Context, lease *idempotency.Lease, c *Charge) (psp.Authorization, error) {
+	hbCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go lease.Heartbeat(hbCtx, s.pool, func(error) {})
+	auth, err := s.psp.Authorize(ctx, psp.AuthorizeRequest{
+		IdempotencyKey: PSPKey(c.ID),
+		Amount:         c.Amount,
+		Currency:       c.Currency,
+		PaymentMethod:  c.PaymentMethod,
+		Reference:      c.ID,
+	})
+	if err != nil {
+		return psp.Authorization{}, fmt.Errorf("authorize %s: %w", c.ID, err)
+	}
+	return auth, nil
+}
+
+// PSPKey is the PSP idempotency key of a charge's authorization.
+func PSPKey(chargeID string) string { return chargeID + ":authorize" }
+
+// recordAuthorization is the arrow charge_created → psp_authorized: the PSP's
+// answer on the charge row.
+func (s *Service) recordAuthorization(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, c *Charge, auth psp.Authorization) error {
+	if err := lease.Advance(ctx, tx, PointPSPAuthorized); err != nil {
+		return err
+	}
+	c.PSPReference = &auth.ID
+	c.DeclineCode = auth.DeclineCode
+	c.Status = StatusAuthorized
+	if auth.Status == psp.StatusDeclined {
+		c.Status = StatusDeclined
+	}
+	return recordAuthorization(ctx, tx, c)
+}
+
+// finish is the arrow psp_authorized → done: the response, stored for replay
+// in the transaction of the last effect.
+func (s *Service) finish(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, c *Charge) (idempotency.Response, error) {
+	resp := response(c)
+	if err := lease.Finish(ctx, tx, resp); err != nil {
+		return idempotency.Response{}, err
+	}
+	return resp, nil
+}
+
+// response is the final answer for a charge the PSP has answered.
+func response(c *Charge) idempotency.Response {
+	if c.Status == StatusDeclined {
+		p := problem.New(http.StatusPaymentRequired, problem.CardDeclined, "The card was declined.")
+		p.Charge = c.ID
+		return idempotency.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
+	}
+	body, err := c.MarshalJSON()
+	if err != nil {
+		panic(err) // plain fields only: cannot fail
+	}
+	return idempotency.Response{Status: http.StatusCreated, ContentType: "application/json", Body: append(body, '\n')}
+}
+
+// release gives the lease up after the PSP failed, so that a retry resumes
+// at once from charge_created. It runs even if the request's context ended:
+// a lease left held would make every retry wait out the lease.
+func (s *Service) release(ctx context.Context, lease *idempotency.Lease, cause error) error {
+	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := lease.Release(relCtx, s.pool, cause); err != nil && !errors.Is(err, idempotency.ErrLeaseLost) {
+		return errors.Join(cause, err)
+	}
+	if errors.Is(cause, psp.ErrUnavailable) {
+		return fmt.Errorf("%w: %w", ErrPSPUnavailable, cause)
+	}
+	return cause
+}
+
+// afterLeaseLost answers a run whose lease was taken over: with the key's
+// stored response if the new holder finished, else ErrInProgress.
+func (s *Service) afterLeaseLost(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error) {
+	rec, err := s.keys.Lookup(ctx, s.pool, lease.Record.TenantID, lease.Record.Key)
+	if err != nil {
+		return idempotency.Response{}, err
+	}
+	s.log.WarnContext(ctx, "lease lost to a takeover", "key", lease.Record.Key, "lock_version", lease.Record.LockVersion,
+		"now_lock_version", rec.LockVersion)
+	if rec.State == idempotency.StateDone && rec.CreatedAt.Equal(lease.Record.CreatedAt) {
+		return *rec.Response, nil
+	}
+	return idempotency.Response{}, fmt.Errorf("key %q: %w", lease.Record.Key, idempotency.ErrInProgress)
+}
+
+func (s *Service) crash(ctx context.Context, at CrashPoint) error {
+	if s.cfg.CrashHook == nil {
+		return nil
+	}
+	return s.cfg.CrashHook(ctx, at)
+}
+
+// Get returns a tenant's charge, or ErrNotFound.
+func (s *Service) Get(ctx context.Context, tenantID int64, id string) (*Charge, error) {
+	return chargeByID(ctx, s.pool, tenantID, id)
+}
+
+func cmpLogger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.Default()
+	}
+	return l
+}

@@ -1,0 +1,83 @@
+package charges
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+)
+
+const chargeColumns = `tenant_id, id, amount, currency, payment_method, status, psp_reference, decline_code,
+       description, metadata, created_at`
+
+func scanCharge(row pgx.Row) (*Charge, error) {
+	var c Charge
+	err := row.Scan(&c.TenantID, &c.ID, &c.Amount, &c.Currency, &c.PaymentMethod, &c.Status, &c.PSPReference,
+		&c.DeclineCode, &c.Description, &c.Metadata, &c.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// insertChargeSQL creates the charge of a key. The UNIQUE (tenant_id,
+// idempotency_key, idempotency_key_created_at) constraint backs the fencing:
+// even a bug that let two holders run this phase could not make two charges.
+const insertChargeSQL = `
+INSERT INTO charges (tenant_id, id, idempotency_key, idempotency_key_created_at,
+                     amount, currency, payment_method, description, metadata, status)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending')
+RETURNING ` + chargeColumns
+
+func insertCharge(ctx context.Context, tx pgx.Tx, key idempotency.ID, p CreateParams) (*Charge, error) {
+	md := p.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	c, err := scanCharge(tx.QueryRow(ctx, insertChargeSQL, key.TenantID, newChargeID(), key.Key, key.CreatedAt,
+		p.Amount, p.Currency, p.PaymentMethod, p.Description, md))
+	if err != nil {
+		return nil, fmt.Errorf("insert charge: %w", err)
+	}
+	return c, nil
+}
+
+const chargeByKeySQL = `SELECT ` + chargeColumns + ` FROM charges
+ WHERE tenant_id = $1 AND idempotency_key = $2 AND idempotency_key_created_at = $3`
+
+func chargeByKey(ctx context.Context, q idempotency.DBTX, key idempotency.ID) (*Charge, error) {
+	c, err := scanCharge(q.QueryRow(ctx, chargeByKeySQL, key.TenantID, key.Key, key.CreatedAt))
+	if err != nil {
+		return nil, fmt.Errorf("charge of key %q: %w", key.Key, err)
+	}
+	return c, nil
+}
+
+// chargeByIDSQL is tenant-scoped: another tenant's charge is not found.
+const chargeByIDSQL = `SELECT ` + chargeColumns + ` FROM charges WHERE tenant_id = $1 AND id = $2`
+
+func chargeByID(ctx context.Context, q idempotency.DBTX, tenantID int64, id string) (*Charge, error) {
+	c, err := scanCharge(q.QueryRow(ctx, chargeByIDSQL, tenantID, id))
+	if err != nil {
+		return nil, fmt.Errorf("charge %q: %w", id, err)
+	}
+	return c, nil
+}
+
+const recordAuthorizationSQL = `
+UPDATE charges
+   SET status = $3, psp_reference = $4, decline_code = $5, updated_at = phasepay_now()
+ WHERE tenant_id = $1 AND id = $2`
+
+func recordAuthorization(ctx context.Context, tx pgx.Tx, c *Charge) error {
+	if _, err := tx.Exec(ctx, recordAuthorizationSQL, c.TenantID, c.ID, c.Status, c.PSPReference, c.DeclineCode); err != nil {
+		return fmt.Errorf("record authorization of %s: %w", c.ID, err)
+	}
+	return nil
+}

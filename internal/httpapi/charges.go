@@ -1,0 +1,104 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/tenants"
+)
+
+// createCharge serves POST /v1/charges. Everything that can be wrong with
+// the request is checked before the key is claimed, so a client can fix its
+// request and retry with the same key.
+func (s *server) createCharge(w http.ResponseWriter, r *http.Request) {
+	tenant, _ := tenants.FromContext(r.Context())
+	key, err := idempotency.ParseKey(r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			s.writeError(w, r, errContentType)
+			return
+		}
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	params, err := charges.ParseCreateParams(body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req, err := idempotency.Canonicalize(http.MethodPost, charges.Path, body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.RunTimeout)
+	defer cancel()
+	res, err := s.cfg.Charges.Create(ctx, tenant.ID, key, req, params)
+	s.countOutcome(r, res.Outcome, err)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", res.Response.ContentType)
+	h.Set("Cache-Control", "no-store")
+	if res.Outcome == charges.OutcomeReplay {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(res.Response.Body)))
+	w.WriteHeader(res.Response.Status)
+	_, _ = w.Write(res.Response.Body)
+}
+
+func (s *server) countOutcome(r *http.Request, outcome charges.Outcome, err error) {
+	name := string(outcome)
+	switch {
+	case errors.Is(err, idempotency.ErrMismatch):
+		name = "mismatch"
+	case errors.Is(err, idempotency.ErrInProgress):
+		name = "in_progress"
+	case err != nil && name == "":
+		name = "error"
+	}
+	if name == "" {
+		return
+	}
+	info(r.Context()).outcome = name
+	s.outcomes.Add(r.Context(), 1, metric.WithAttributes(attribute.String("outcome", name)))
+}
+
+// getCharge serves GET /v1/charges/{id}.
+func (s *server) getCharge(w http.ResponseWriter, r *http.Request) {
+	tenant, _ := tenants.FromContext(r.Context())
+	c, err := s.cfg.Charges.Get(r.Context(), tenant.ID, chi.URLParam(r, "id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	body, err := c.MarshalJSON()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(body, '\n'))
+}

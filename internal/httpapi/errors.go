@@ -1,0 +1,84 @@
+package httpapi
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/problem"
+	"github.com/phasepay/phasepay/internal/tenants"
+)
+
+var (
+	errRouteNotFound    = errors.New("no such route")
+	errMethodNotAllowed = errors.New("method not allowed")
+	errContentType      = errors.New("Content-Type must be application/json")
+)
+
+// Retry-After values, in seconds. A request in progress usually finishes
+// within a second; a PSP outage is worth a longer pause.
+const (
+	retryInProgress     = 1
+	retryPSPUnavailable = 2
+)
+
+// problemFor is the one table from errors to the contract's statuses and
+// codes. Anything not listed is an internal error: logged, and answered
+// with a generic 500 that leaks nothing.
+func problemFor(err error) problem.Problem {
+	var (
+		verr   *charges.ValidationError
+		tooBig *http.MaxBytesError
+	)
+	switch {
+	case errors.Is(err, tenants.ErrUnauthorized):
+		return problem.New(http.StatusUnauthorized, problem.Unauthorized, "A valid API key is required: Authorization: Bearer sk_…")
+	case errors.Is(err, idempotency.ErrKeyMissing):
+		return problem.New(http.StatusBadRequest, problem.IdempotencyKeyMissing, "The Idempotency-Key header is required.")
+	case errors.Is(err, idempotency.ErrKeyInvalid):
+		return problem.New(http.StatusBadRequest, problem.IdempotencyKeyInvalid, err.Error())
+	case errors.As(err, &tooBig):
+		return problem.New(http.StatusRequestEntityTooLarge, problem.PayloadTooLarge, "The request body is larger than 64 KiB.")
+	case errors.As(err, &verr):
+		p := problem.New(http.StatusBadRequest, problem.InvalidRequest, verr.Error())
+		p.Errors = verr.Fields
+		return p
+	case errors.Is(err, idempotency.ErrBodyInvalid), errors.Is(err, errContentType):
+		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
+	case errors.Is(err, idempotency.ErrMismatch):
+		return problem.New(http.StatusUnprocessableEntity, problem.IdempotencyKeyMismatch,
+			"This Idempotency-Key was used with a different request. Use a new key for a new request.")
+	case errors.Is(err, idempotency.ErrInProgress):
+		p := problem.New(http.StatusConflict, problem.IdempotencyKeyInUse,
+			"A request with this Idempotency-Key is in progress. Retry after a pause.")
+		p.RetryAfter = retryInProgress
+		return p
+	case errors.Is(err, charges.ErrPSPUnavailable):
+		p := problem.New(http.StatusServiceUnavailable, problem.PSPUnavailable,
+			"The payment service provider is unavailable. Retry with the same Idempotency-Key: the charge resumes where it stopped.")
+		p.RetryAfter = retryPSPUnavailable
+		return p
+	case errors.Is(err, charges.ErrNotFound), errors.Is(err, errRouteNotFound):
+		return problem.New(http.StatusNotFound, problem.NotFound, "No such resource.")
+	case errors.Is(err, errMethodNotAllowed):
+		return problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "Method not allowed on this resource.")
+	default:
+		return problem.New(http.StatusInternalServerError, problem.Internal, "Internal error. Retrying with the same Idempotency-Key is safe.")
+	}
+}
+
+// writeError answers with err's problem. Internal errors are logged here,
+// once; expected outcomes are not errors and are not logged.
+func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	p := problemFor(err)
+	p.RequestID = middleware.GetReqID(r.Context())
+	if p.Status >= 500 {
+		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
+			slog.String("request_id", p.RequestID), slog.String("error", err.Error()))
+	}
+	problem.Write(w, p)
+}
