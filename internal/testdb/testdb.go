@@ -61,7 +61,10 @@ func New(t testing.TB) *pgxpool.Pool {
 // instant (see migrations/00002), so tests can put leases and partitions
 // wherever they need them. The pool is small: packages run in parallel
 // against one server whose max_connections they all share.
-func Pool(t testing.TB, url string, clock time.Time) *pgxpool.Pool {
+//
+// Each opt may change the pool's configuration before it is opened (a
+// tracer, say).
+func Pool(t testing.TB, url string, clock time.Time, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -70,6 +73,9 @@ func Pool(t testing.TB, url string, clock time.Time) *pgxpool.Pool {
 	cfg.MaxConns = 8
 	if !clock.IsZero() {
 		cfg.ConnConfig.RuntimeParams["phasepay.now"] = clock.UTC().Format(time.RFC3339Nano)
+	}
+	for _, opt := range opts {
+		opt(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {

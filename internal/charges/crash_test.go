@@ -1,0 +1,243 @@
+package charges_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/psp"
+)
+
+func crashAt(point charges.CrashPoint) func(context.Context, charges.CrashPoint) error {
+	return func(_ context.Context, at charges.CrashPoint) error {
+		if at == point {
+			return errCrash
+		}
+		return nil
+	}
+}
+
+// authorizationsFor returns the PSP's ledger entries for a charge.
+func (b *testBundle) authorizationsFor(chargeID string) []psp.LedgerEntry {
+	var out []psp.LedgerEntry
+	for _, a := range b.mock.Authorizations() {
+		if a.Reference == chargeID {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func chargeID(t *testing.T, resp idempotency.Response) string {
+	t.Helper()
+	var body struct {
+		ID     string `json:"id"`
+		Charge string `json:"charge"`
+	}
+	require.NoError(t, json.Unmarshal(resp.Body, &body))
+	if body.Charge != "" {
+		return body.Charge
+	}
+	return body.ID
+}
+
+// A worker dies after each commit, and after the PSP answered but before
+// that answer committed. The retry that comes after the lease ran out takes
+// over and finishes with one charge row and one PSP authorization, in both
+// commit modes.
+func TestResumeAfterCrashAtEveryPoint(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		oneCommit bool
+		at        charges.CrashPoint
+		// The retry finds the key done already: a crash after the final
+		// commit loses only the answer, which the replay restores.
+		wantReplay bool
+	}{
+		{false, charges.CrashAfterClaim, false},
+		{false, charges.CrashAfterPSPCall, false},
+		{false, charges.CrashAfterPSPAuthorized, true},
+		{true, charges.CrashAfterClaim, false},
+		{true, charges.CrashAfterChargeCreated, false},
+		{true, charges.CrashAfterPSPCall, false},
+		{true, charges.CrashAfterPSPAuthorized, false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("one_commit=%v/%s", tt.oneCommit, tt.at), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			req, params := request(t, visa)
+
+			dying := b.service(t, 0, charges.Config{OneCommitPerPhase: tt.oneCommit, CrashHook: crashAt(tt.at)})
+			_, err := dying.Create(ctx, b.tenant, "crash", req, params)
+			require.ErrorIs(t, err, errCrash)
+
+			// Before the lease runs out, a retry is told to wait.
+			_, err = b.service(t, time.Second, charges.Config{OneCommitPerPhase: tt.oneCommit}).Create(ctx, b.tenant, "crash", req, params)
+			if !tt.wantReplay {
+				require.ErrorIs(t, err, idempotency.ErrInProgress)
+			}
+
+			later := b.service(t, b.keys.Lease()+time.Second, charges.Config{OneCommitPerPhase: tt.oneCommit})
+			res, err := later.Create(ctx, b.tenant, "crash", req, params)
+			require.NoError(t, err)
+			require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
+			if tt.wantReplay {
+				require.Equal(t, charges.OutcomeReplay, res.Outcome)
+			} else {
+				require.Equal(t, charges.OutcomeTakeover, res.Outcome)
+			}
+
+			id := chargeID(t, res.Response)
+			require.Equal(t, 1, b.chargeCount(t, "crash"))
+			require.Len(t, b.authorizationsFor(id), 1)
+			state, _, _ := b.keyState(t, "crash")
+			require.Equal(t, "done", state)
+
+			again, err := later.Create(ctx, b.tenant, "crash", req, params)
+			require.NoError(t, err)
+			require.Equal(t, charges.OutcomeReplay, again.Outcome)
+			require.Equal(t, res.Response, again.Response)
+		})
+	}
+}
+
+// The PSP answered, then the worker died before recording it: the worker
+// that takes over must call the PSP with the same key and get its first
+// answer, not a second authorization.
+func TestPSPCalledTwiceAfterTakeoverAuthorizesOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	req, params := request(t, visa)
+
+	_, err := b.service(t, 0, charges.Config{CrashHook: crashAt(charges.CrashAfterPSPCall)}).Create(ctx, b.tenant, "k", req, params)
+	require.ErrorIs(t, err, errCrash)
+	first := b.mock.Authorizations()
+	require.Len(t, first, 1)
+
+	res, err := b.service(t, b.keys.Lease()+time.Second, charges.Config{}).Create(ctx, b.tenant, "k", req, params)
+	require.NoError(t, err)
+	auths := b.authorizationsFor(chargeID(t, res.Response))
+	require.Len(t, auths, 1)
+	require.Equal(t, first[0].ID, auths[0].ID)
+	require.Equal(t, 2, auths[0].Attempts)
+	require.Equal(t, charges.PSPKey(chargeID(t, res.Response)), auths[0].IdempotencyKey)
+}
+
+// gatedAuthorizer blocks the first call until released: a worker stalled in
+// its PSP call (GC pause, SIGSTOP, network stall) past its lease.
+type gatedAuthorizer struct {
+	next     charges.Authorizer
+	once     sync.Once
+	entered  chan struct{}
+	released chan struct{}
+}
+
+func (g *gatedAuthorizer) Authorize(ctx context.Context, req psp.AuthorizeRequest) (psp.Authorization, error) {
+	first := false
+	g.once.Do(func() { first = true })
+	if first {
+		close(g.entered)
+		<-g.released
+	}
+	return g.next.Authorize(ctx, req)
+}
+
+// A worker stalls past its lease; another takes over and finishes. When the
+// stalled worker wakes, its commit must match no row, and it must answer its
+// client with the stored response, never with one of its own.
+func TestStaleWorkerCannotCommitAfterTakeover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	req, params := request(t, visa)
+
+	gate := &gatedAuthorizer{next: b.psp, entered: make(chan struct{}), released: make(chan struct{})}
+	stalled := charges.NewService(b.pool, b.keys, gate, charges.Config{})
+	type result struct {
+		res charges.Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := stalled.Create(ctx, b.tenant, "stall", req, params)
+		done <- result{res, err}
+	}()
+	<-gate.entered
+
+	fresh, err := b.service(t, b.keys.Lease()+time.Second, charges.Config{}).Create(ctx, b.tenant, "stall", req, params)
+	require.NoError(t, err)
+	require.Equal(t, charges.OutcomeTakeover, fresh.Outcome)
+
+	close(gate.released)
+	stale := <-done
+	require.NoError(t, stale.err)
+	require.Equal(t, fresh.Response, stale.res.Response, "the stalled worker must answer with the stored response")
+
+	_, _, lv := b.keyState(t, "stall")
+	require.EqualValues(t, 2, lv)
+	require.Equal(t, 1, b.chargeCount(t, "stall"))
+	require.Len(t, b.authorizationsFor(chargeID(t, fresh.Response)), 1)
+}
+
+// A PSP outage releases the lease at charge_created: the client's retry
+// resumes at once (no wait for the lease) with the same charge.
+func TestPSPUnavailableReleasesLeaseForImmediateRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	req, params := request(t, visa)
+	svc := b.service(t, 0, charges.Config{})
+
+	require.NoError(t, b.mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	_, err := svc.Create(ctx, b.tenant, "outage", req, params)
+	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
+	rec, err := b.keys.Lookup(ctx, b.pool, b.tenant, "outage")
+	require.NoError(t, err)
+	require.Equal(t, idempotency.StateStarted, rec.State)
+	require.Equal(t, charges.PointChargeCreated, rec.Point)
+	require.False(t, rec.Leased)
+	require.Equal(t, 1, rec.Attempts)
+	require.Empty(t, b.mock.Authorizations())
+
+	require.NoError(t, b.mock.SetFaults(psp.Faults{}))
+	res, err := svc.Create(ctx, b.tenant, "outage", req, params)
+	require.NoError(t, err)
+	require.Equal(t, charges.OutcomeTakeover, res.Outcome)
+	require.Equal(t, 201, res.Response.Status)
+	require.Equal(t, 1, b.chargeCount(t, "outage"))
+	require.Len(t, b.authorizationsFor(chargeID(t, res.Response)), 1)
+}
+
+func TestDeclinedChargeIsStoredAsProblem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	req, params := request(t, `{"amount":500,"currency":"eur","payment_method":"pm_card_chargeDeclined"}`)
+	svc := b.service(t, 0, charges.Config{})
+
+	res, err := svc.Create(ctx, b.tenant, "declined", req, params)
+	require.NoError(t, err)
+	require.Equal(t, 402, res.Response.Status)
+	require.Equal(t, "application/problem+json", res.Response.ContentType)
+	var p struct{ Code, Charge string }
+	require.NoError(t, json.Unmarshal(res.Response.Body, &p))
+	require.Equal(t, "card_declined", p.Code)
+
+	c, err := svc.Get(ctx, b.tenant, p.Charge)
+	require.NoError(t, err)
+	require.Equal(t, charges.StatusDeclined, c.Status)
+	require.NotNil(t, c.DeclineCode)
+
+	_, err = svc.Get(ctx, b.tenant+1, p.Charge)
+	require.ErrorIs(t, err, charges.ErrNotFound)
+}
