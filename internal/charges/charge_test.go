@@ -32,7 +32,7 @@ func TestParseCreateParams(t *testing.T) {
 		`{"amount":1,"currency":"zzz","payment_method":"pm_x"}`:                    "currency",
 		`{"amount":1,"currency":"usd","payment_method":"card"}`:                    "payment_method",
 		`{"amount":1,"currency":"usd","payment_method":"pm_x","extra":1}`:          "extra",
-		`{"amount":1,"currency":"usd","payment_method":"pm_x","metadata":{"a":1}}`: "metadata.a",
+		`{"amount":1,"currency":"usd","payment_method":"pm_x","metadata":{"a":1}}`: "metadata",
 		`{"amount":1,"currency":"usd","payment_method":"pm_x"} {}`:                 "",
 		`{"amount":1,"currency":"usd","payment_method":"pm_x"`:                     "",
 		`[1]`: "",
