@@ -3,6 +3,9 @@ package idempotency
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // PartitionsAhead is how many days of partitions, today included, are kept
@@ -23,4 +26,117 @@ func EnsurePartitions(ctx context.Context, q DBTX) (int, error) {
 		return 0, fmt.Errorf("ensure partitions: %w", err)
 	}
 	return created, nil
+}
+
+// PartitionReport says what a retention pass did.
+type PartitionReport struct {
+	// Dropped names the partitions dropped.
+	Dropped []string
+	// Kept names the expired partitions kept, with why.
+	Kept []KeptPartition
+}
+
+// KeptPartition is an expired partition that was not dropped.
+type KeptPartition struct {
+	Name   string
+	Reason string
+}
+
+// listPartitionsSQL finds our daily partitions, attached or not: a table
+// left detached by a pass that died between DETACH and DROP is found by its
+// name and dropped on the next pass. inhdetachpending marks a DETACH …
+// CONCURRENTLY that was interrupted; it must be finished with FINALIZE.
+const listPartitionsSQL = `
+SELECT c.relname,
+       (to_date(substring(c.relname from '[0-9]{8}$'), 'YYYYMMDD') + 1)::timestamp AT TIME ZONE 'UTC'
+           <= phasepay_now() - $1 * interval '1 microsecond' AS expired,
+       i.inhrelid IS NOT NULL AS attached,
+       coalesce(i.inhdetachpending, false) AS detach_pending
+  FROM pg_class c
+  LEFT JOIN pg_inherits i ON i.inhrelid = c.oid AND i.inhparent = 'idempotency_keys'::regclass
+ WHERE c.relkind = 'r'
+   AND c.relname ~ '^idempotency_keys_p[0-9]{8}$'
+   AND pg_table_is_visible(c.oid)
+ ORDER BY c.relname`
+
+// hasDefaultPartitionSQL: DETACH … CONCURRENTLY refuses to run while the
+// table has a DEFAULT partition. phasepay creates none, but an operator
+// might; then the plain DETACH (a brief ACCESS EXCLUSIVE lock) is used.
+const hasDefaultPartitionSQL = `
+SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = 'idempotency_keys'::regclass AND partdefid <> 0)`
+
+// DropExpiredPartitions drops every daily partition whose range ended more
+// than retention ago, whole: DETACH (CONCURRENTLY, so claims and lookups
+// are not blocked), then DROP TABLE. No row is deleted one by one, so no
+// WAL per row is written and no dead tuples are left for VACUUM.
+//
+// A partition that still holds a started key is kept until that key is
+// finished: its request may still be resumed, and forgetting its key would
+// let a retry charge again. (Done keys are terminal, and new keys land in
+// today's partition, so a partition with no started key gets none later.)
+//
+// q must not be in a transaction: DETACH … CONCURRENTLY cannot run in one.
+// If ctx ends during a concurrent detach, the partition is left "detach
+// pending", which the next call finishes with FINALIZE.
+func DropExpiredPartitions(ctx context.Context, q DBTX, retention time.Duration) (PartitionReport, error) {
+	type part struct {
+		name                             string
+		expired, attached, detachPending bool
+	}
+	rows, err := q.Query(ctx, listPartitionsSQL, retention.Microseconds())
+	if err != nil {
+		return PartitionReport{}, fmt.Errorf("list partitions: %w", err)
+	}
+	parts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (part, error) {
+		var p part
+		err := row.Scan(&p.name, &p.expired, &p.attached, &p.detachPending)
+		return p, err
+	})
+	if err != nil {
+		return PartitionReport{}, fmt.Errorf("list partitions: %w", err)
+	}
+
+	var report PartitionReport
+	for _, p := range parts {
+		if !p.expired {
+			continue
+		}
+		ident := pgx.Identifier{p.name}.Sanitize()
+		switch {
+		case p.detachPending:
+			if _, err := q.Exec(ctx, "ALTER TABLE idempotency_keys DETACH PARTITION "+ident+" FINALIZE"); err != nil {
+				return report, fmt.Errorf("finalize detach of %s: %w", p.name, err)
+			}
+		case p.attached:
+			var started bool
+			if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ident+" WHERE state = 'started')").Scan(&started); err != nil {
+				return report, fmt.Errorf("check %s for started keys: %w", p.name, err)
+			}
+			if started {
+				report.Kept = append(report.Kept, KeptPartition{Name: p.name, Reason: "holds a started key that is not finished yet"})
+				continue
+			}
+			if err := detach(ctx, q, ident); err != nil {
+				return report, fmt.Errorf("detach %s: %w", p.name, err)
+			}
+		}
+		if _, err := q.Exec(ctx, "DROP TABLE "+ident); err != nil {
+			return report, fmt.Errorf("drop %s: %w", p.name, err)
+		}
+		report.Dropped = append(report.Dropped, p.name)
+	}
+	return report, nil
+}
+
+func detach(ctx context.Context, q DBTX, ident string) error {
+	var hasDefault bool
+	if err := q.QueryRow(ctx, hasDefaultPartitionSQL).Scan(&hasDefault); err != nil {
+		return err
+	}
+	stmt := "ALTER TABLE idempotency_keys DETACH PARTITION " + ident
+	if !hasDefault {
+		stmt += " CONCURRENTLY"
+	}
+	_, err := q.Exec(ctx, stmt)
+	return err
 }

@@ -202,3 +202,72 @@ func (s *Store) TakeOver(ctx context.Context, q DBTX, rec Record) (*Lease, error
 	rec.Leased = true
 	return &Lease{store: s, Record: rec}, nil
 }
+
+// takeOverExpiredSQL is the reaper's claim on abandoned keys: started, lease
+// run out, backoff over. FOR UPDATE SKIP LOCKED lets several reapers share
+// the work without waiting on each other, and the lock it takes is re-checked
+// against the row's latest version, so a key a client's retry took over a
+// moment ago is skipped rather than taken twice. The takeover itself is the
+// same fenced bump of lock_version as TakeOver's.
+const takeOverExpiredSQL = `
+WITH due AS (
+    SELECT tenant_id, key, created_at
+      FROM idempotency_keys
+     WHERE state = 'started'
+       AND (locked_until IS NULL OR locked_until <= phasepay_now())
+       AND (next_attempt_at IS NULL OR next_attempt_at <= phasepay_now())
+     ORDER BY locked_until NULLS FIRST
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE idempotency_keys k
+   SET lock_version = k.lock_version + 1,
+       locked_until = phasepay_now() + $2 * interval '1 microsecond'
+  FROM due
+ WHERE k.tenant_id = due.tenant_id AND k.key = due.key AND k.created_at = due.created_at
+RETURNING false, ` + qualifiedRecordColumns
+
+// qualifiedRecordColumns is recordColumns for a statement that joins
+// idempotency_keys as k.
+const qualifiedRecordColumns = `k.tenant_id, k.key, k.created_at, k.fingerprint, k.request_method, k.request_path,
+       k.request_body, k.state, k.recovery_point, k.lock_version, true, k.attempts,
+       k.response_status, k.response_content_type, k.response_body`
+
+// TakeOverExpired takes over up to limit abandoned keys (started, lease
+// expired, retry backoff over) and returns their leases.
+func (s *Store) TakeOverExpired(ctx context.Context, q DBTX, limit int) ([]*Lease, error) {
+	rows, err := q.Query(ctx, takeOverExpiredSQL, limit, s.cfg.Lease.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("take over expired: %w", err)
+	}
+	defer rows.Close()
+	var leases []*Lease
+	for rows.Next() {
+		var ignored bool
+		rec, err := scanRecord(rows, &ignored)
+		if err != nil {
+			return nil, fmt.Errorf("take over expired: %w", err)
+		}
+		leases = append(leases, &Lease{store: s, Record: rec})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("take over expired: %w", err)
+	}
+	return leases, nil
+}
+
+// stuckSQL counts the started keys nobody holds: each should be picked up
+// by the reaper within an interval; a number that stays up is the alarm.
+const stuckSQL = `
+SELECT count(*), coalesce(max(attempts), 0)
+  FROM idempotency_keys
+ WHERE state = 'started' AND (locked_until IS NULL OR locked_until <= phasepay_now())`
+
+// Stuck returns how many started keys have no valid lease, and the most
+// attempts any of them has used.
+func (s *Store) Stuck(ctx context.Context, q DBTX) (count int64, maxAttempts int, err error) {
+	if err := q.QueryRow(ctx, stuckSQL).Scan(&count, &maxAttempts); err != nil {
+		return 0, 0, fmt.Errorf("count stuck keys: %w", err)
+	}
+	return count, maxAttempts, nil
+}

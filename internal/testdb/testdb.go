@@ -119,8 +119,23 @@ func NewURL(t testing.TB) string {
 			t.Errorf("testdb: drop %s: %v", name, err)
 		}
 	})
-	return withDatabase(admin, name)
+	url := withDatabase(admin, name)
+	// The template may have been built days ago: give the clone the
+	// partitions that today's inserts need, as bin/api does at start.
+	db, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	defer db.Close(ctx)
+	if _, err := db.Exec(ctx, ensurePartitionsSQL); err != nil {
+		t.Fatalf("testdb: partitions: %v", err)
+	}
+	return url
 }
+
+// ensurePartitionsSQL is idempotency.EnsurePartitions's statement by the real
+// clock (testdb cannot import the package whose tests use it).
+const ensurePartitionsSQL = `SELECT idempotency_keys_ensure_partitions((now() AT TIME ZONE 'UTC')::date - 1, 5)`
 
 // Admin returns the connection string of the server's maintenance database,
 // failing the test if no server can be found.

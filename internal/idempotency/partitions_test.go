@@ -1,0 +1,217 @@
+package idempotency_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/testdb"
+)
+
+func partitionName(day time.Time) string { return "idempotency_keys_p" + day.Format("20060102") }
+
+func partitionExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
+	t.Helper()
+	var exists bool
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists))
+	return exists
+}
+
+// day returns midnight UTC, n days from today.
+func day(n int) time.Time { return time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, n) }
+
+func TestPartitionsCreatedAhead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	future := testdb.Pool(t, b.url, day(40).Add(13*time.Hour))
+
+	created, err := idempotency.EnsurePartitions(ctx, future)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.PartitionsAhead+1, created)
+	for n := 39; n <= 40+idempotency.PartitionsAhead-1; n++ {
+		require.True(t, partitionExists(t, b.pool, partitionName(day(n))), "day %+d", n)
+	}
+	again, err := idempotency.EnsurePartitions(ctx, future)
+	require.NoError(t, err)
+	require.Zero(t, again)
+}
+
+// finishedKey claims and finishes a key with the database clock at ts, which
+// puts it in ts's partition.
+func finishedKey(t *testing.T, b *testBundle, ts time.Time, key string, finish bool) {
+	t.Helper()
+	ctx := context.Background()
+	pool := testdb.Pool(t, b.url, ts)
+	_, err := idempotency.EnsurePartitions(ctx, pool)
+	require.NoError(t, err)
+	rec, created, err := claim(ctx, pool, b.store, b.tenant, key, b.req)
+	require.NoError(t, err)
+	require.True(t, created)
+	if finish {
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			return b.store.LeaseOf(rec).Finish(ctx, tx, idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte("{}")})
+		}))
+	}
+}
+
+// Retention shorter than a client's retry horizon is the pitfall: a key
+// forgotten while its client still retries is a second charge. Whatever
+// RETENTION says, a partition holding an unfinished key is kept, and says
+// why; it goes once the key is done.
+func TestRetentionNeverDropsUnfinishedKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	d := day(50)
+	finishedKey(t, b, d.Add(time.Hour), "old-done", true)
+	finishedKey(t, b, d.Add(24*time.Hour+time.Hour), "old-started", false)
+	finishedKey(t, b, d.Add(48*time.Hour+time.Hour), "recent", true)
+
+	// Three days after d, with one day of retention: d and d+1 expired.
+	later := testdb.Pool(t, b.url, d.Add(72*time.Hour+time.Minute))
+	report, err := idempotency.DropExpiredPartitions(ctx, later, 24*time.Hour)
+	require.NoError(t, err)
+	require.Contains(t, report.Dropped, partitionName(d))
+	require.NotContains(t, report.Dropped, partitionName(d.AddDate(0, 0, 1)))
+	require.Equal(t, []idempotency.KeptPartition{{Name: partitionName(d.AddDate(0, 0, 1)), Reason: "holds a started key that is not finished yet"}}, report.Kept)
+	require.False(t, partitionExists(t, b.pool, partitionName(d)))
+	require.True(t, partitionExists(t, b.pool, partitionName(d.AddDate(0, 0, 2))))
+
+	_, err = b.store.Lookup(ctx, later, b.tenant, "old-done")
+	require.ErrorIs(t, err, idempotency.ErrNotFound)
+	rec, err := b.store.Lookup(ctx, later, b.tenant, "old-started")
+	require.NoError(t, err)
+
+	// The key is finished (its client retried, or the reaper did): now the
+	// partition goes.
+	lease, err := b.store.TakeOver(ctx, later, rec)
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, later, func(tx pgx.Tx) error {
+		return lease.Finish(ctx, tx, idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte("{}")})
+	}))
+	report, err = idempotency.DropExpiredPartitions(ctx, later, 24*time.Hour)
+	require.NoError(t, err)
+	require.Contains(t, report.Dropped, partitionName(d.AddDate(0, 0, 1)))
+	require.Empty(t, report.Kept)
+}
+
+// Dropping is DETACH … CONCURRENTLY then DROP. A detach interrupted half way
+// (its session died, or its context ended while it waited for old
+// snapshots) leaves the partition "detach pending"; the next pass finishes
+// it with FINALIZE.
+func TestInterruptedDetachIsFinalized(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	d := day(60)
+	finishedKey(t, b, d.Add(time.Hour), "k", true)
+	later := testdb.Pool(t, b.url, d.Add(72*time.Hour))
+
+	// A transaction that has read the partitioned table makes the second
+	// phase of DETACH … CONCURRENTLY wait for it.
+	holder, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(ctx) //nolint:errcheck
+	_, err = holder.Exec(ctx, `SELECT count(*) FROM idempotency_keys`)
+	require.NoError(t, err)
+
+	shortCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	_, err = idempotency.DropExpiredPartitions(shortCtx, later, 24*time.Hour)
+	require.Error(t, err)
+	// (By the test clock every partition up to d is expired; the first in
+	// name order is the one left pending.)
+	var pending string
+	require.NoError(t, b.pool.QueryRow(ctx,
+		`SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhdetachpending`).Scan(&pending))
+
+	require.NoError(t, holder.Rollback(ctx))
+	report, err := idempotency.DropExpiredPartitions(ctx, later, 24*time.Hour)
+	require.NoError(t, err)
+	require.Contains(t, report.Dropped, pending)
+	require.Contains(t, report.Dropped, partitionName(d))
+	require.False(t, partitionExists(t, b.pool, pending))
+}
+
+// DETACH … CONCURRENTLY refuses to run beside a DEFAULT partition; one that
+// an operator added makes retention fall back to a plain DETACH, not fail.
+func TestDropWithDefaultPartition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	d := day(70)
+	finishedKey(t, b, d.Add(time.Hour), "k", true)
+	_, err := b.pool.Exec(ctx, `CREATE TABLE idempotency_keys_default PARTITION OF idempotency_keys DEFAULT`)
+	require.NoError(t, err)
+
+	report, err := idempotency.DropExpiredPartitions(ctx, testdb.Pool(t, b.url, d.Add(72*time.Hour)), 24*time.Hour)
+	require.NoError(t, err)
+	require.Contains(t, report.Dropped, partitionName(d))
+	require.True(t, partitionExists(t, b.pool, "idempotency_keys_default"))
+}
+
+// A table left detached by a pass that died between DETACH and DROP is
+// found by its name and dropped.
+func TestDetachedLeftoverIsDropped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	d := day(80)
+	finishedKey(t, b, d.Add(time.Hour), "k", true)
+	_, err := b.pool.Exec(ctx, `ALTER TABLE idempotency_keys DETACH PARTITION `+partitionName(d))
+	require.NoError(t, err)
+
+	report, err := idempotency.DropExpiredPartitions(ctx, testdb.Pool(t, b.url, d.Add(72*time.Hour)), 24*time.Hour)
+	require.NoError(t, err)
+	require.Contains(t, report.Dropped, partitionName(d))
+	require.False(t, partitionExists(t, b.pool, partitionName(d)))
+}
+
+// Right after maintenance created and dropped partitions, two claims either
+// side of the next midnight still make one key.
+func TestClaimUniqueAcrossBoundaryAfterMaintenance(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	d := day(90)
+	finishedKey(t, b, d.Add(-48*time.Hour), "old", true)
+	maint := testdb.Pool(t, b.url, d.Add(-time.Hour))
+	_, err := idempotency.EnsurePartitions(ctx, maint)
+	require.NoError(t, err)
+	report, err := idempotency.DropExpiredPartitions(ctx, maint, 24*time.Hour)
+	require.NoError(t, err)
+	require.NotEmpty(t, report.Dropped)
+
+	before := testdb.Pool(t, b.url, d.Add(-time.Millisecond))
+	after := testdb.Pool(t, b.url, d.Add(time.Millisecond))
+	for i := range 10 {
+		key := fmt.Sprintf("k%d", i)
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			created int
+		)
+		for _, pool := range []*pgxpool.Pool{before, after} {
+			wg.Go(func() {
+				_, c, err := claim(ctx, pool, b.store, b.tenant, key, b.req)
+				require.NoError(t, err)
+				if c {
+					mu.Lock()
+					created++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, 1, created, key)
+		require.Equal(t, 1, countRows(t, b.pool, b.tenant, key))
+	}
+}
