@@ -56,17 +56,17 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Logger.Info("created partitions ahead", "count", created)
 	}
 
-	var servers []*http.Server
+	var servers []interface{ Shutdown(context.Context) error }
 	authorizer := m.Authorizer
 	if authorizer == nil {
 		pspURL := m.Config.PSPURL
 		if pspURL == "" {
-			srv, url, err := m.startMockPSP()
+			ms, err := m.startMockPSP()
 			if err != nil {
 				return err
 			}
-			servers = append(servers, srv)
-			pspURL = url
+			servers = append(servers, ms)
+			pspURL = ms.URL
 		}
 		if authorizer, err = psp.NewClient(psp.ClientConfig{BaseURL: pspURL}); err != nil {
 			return fmt.Errorf("psp: %w", err)
@@ -117,8 +117,9 @@ func (m *Main) Run(ctx context.Context) error {
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
 	defer cancel()
 	var errs []error
-	for _, s := range servers {
-		if err := s.Shutdown(shutCtx); err != nil {
+	// The API first, so that requests in flight still reach the embedded PSP.
+	for i := len(servers) - 1; i >= 0; i-- {
+		if err := servers[i].Shutdown(shutCtx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -158,25 +159,19 @@ func (m *Main) MockPSP() *psp.Mock {
 
 // startMockPSP serves the embedded mock PSP on MockPSPAddr, or on a free
 // port if that one is taken (another api process has it).
-func (m *Main) startMockPSP() (*http.Server, string, error) {
-	mock, err := psp.NewMock(psp.Faults{})
+func (m *Main) startMockPSP() (*psp.MockServer, error) {
+	ms, onAddr, err := psp.StartMock(m.Config.MockPSPAddr)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	ln, err := net.Listen("tcp", m.Config.MockPSPAddr)
-	if err != nil {
-		m.Logger.Warn("embedded mock PSP: address taken, using a free port", "addr", m.Config.MockPSPAddr, "error", err.Error())
-		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			return nil, "", fmt.Errorf("embedded mock psp: %w", err)
-		}
+	if !onAddr {
+		m.Logger.Warn("embedded mock PSP: address taken, using a free port", "addr", m.Config.MockPSPAddr)
 	}
-	srv := &http.Server{Handler: mock, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln) //nolint:errcheck // ends with Shutdown
 	m.mu.Lock()
-	m.mockPSP = mock
+	m.mockPSP = ms.Mock
 	m.mu.Unlock()
-	m.Logger.Info("embedded mock psp listening", "addr", ln.Addr().String())
-	return srv, "http://" + ln.Addr().String(), nil
+	m.Logger.Info("embedded mock psp listening", "url", ms.URL)
+	return ms, nil
 }
 
 func pspLabel(c Config) string {

@@ -1,0 +1,291 @@
+// Package reaper finishes what crashed workers abandoned and keeps the key
+// table bounded. Each pass:
+//
+//  1. completion (every reaper): takes over, in small batches with FOR
+//     UPDATE SKIP LOCKED, started keys whose lease expired and whose retry
+//     backoff is over, and drives each to done through the very state
+//     machine the API runs (charges.Service.Resume), so the client's next
+//     retry is a replay;
+//  2. maintenance (one reaper at a time, under an advisory lock): creates
+//     partitions ahead and drops whole partitions past retention.
+//
+// A key whose PSP is still failing is released again with a doubled backoff;
+// it is never given up silently: every pass counts the started keys nobody
+// holds and logs them while there are any.
+package reaper
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/idempotency"
+)
+
+// Defaults of Config.
+const (
+	IntervalDefault    = time.Second
+	RetentionDefault   = 24 * time.Hour
+	BatchSizeDefault   = 20
+	ParallelismDefault = 4
+)
+
+// maintenanceLockID is the session advisory lock (namespace 0x70700004) that
+// lets one reaper at a time maintain partitions.
+const maintenanceLockID = 0x70700004
+
+// Config configures a Reaper.
+type Config struct {
+	// Interval is the pause between passes. Default 1s.
+	Interval time.Duration
+	// Retention is how long a finished key is kept after its day's
+	// partition ends before the partition may be dropped. It bounds how late
+	// a client may retry and still get a replay, so it must exceed the
+	// longest client retry window; it must also exceed Lease. Default 24h.
+	Retention time.Duration
+	// Lease is the lease duration keys are taken over with (must match the
+	// API's), used here only to validate Retention.
+	Lease time.Duration
+	// BatchSize is how many keys one takeover statement claims. Default 20.
+	BatchSize int
+	// Parallelism is how many taken-over keys are driven at once (each may
+	// wait on the PSP). Default 4.
+	Parallelism int
+	// Meter records the reaper's metrics; default a no-op meter.
+	Meter metric.Meter
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Reaper completes abandoned keys and maintains partitions.
+type Reaper struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	keys    *idempotency.Store
+	charges *charges.Service
+	log     *slog.Logger
+	m       instruments
+}
+
+// New validates cfg, fills its defaults and returns a Reaper.
+func New(pool *pgxpool.Pool, keys *idempotency.Store, svc *charges.Service, cfg Config) (*Reaper, error) {
+	cfg.Interval = cmp.Or(cfg.Interval, IntervalDefault)
+	cfg.Retention = cmp.Or(cfg.Retention, RetentionDefault)
+	cfg.Lease = cmp.Or(cfg.Lease, keys.Lease())
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, BatchSizeDefault)
+	cfg.Parallelism = cmp.Or(cfg.Parallelism, ParallelismDefault)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Meter == nil {
+		cfg.Meter = noop.NewMeterProvider().Meter("")
+	}
+	if cfg.Retention <= cfg.Lease {
+		return nil, fmt.Errorf("reaper: RETENTION %s must exceed LEASE %s (and every client's retry window)", cfg.Retention, cfg.Lease)
+	}
+	if cfg.BatchSize < 1 || cfg.Parallelism < 1 {
+		return nil, fmt.Errorf("reaper: batch size and parallelism must be positive")
+	}
+	m, err := newInstruments(cfg.Meter)
+	if err != nil {
+		return nil, err
+	}
+	return &Reaper{cfg: cfg, pool: pool, keys: keys, charges: svc, log: cfg.Logger, m: m}, nil
+}
+
+// Run makes a pass at once and then every Interval until ctx ends. A pass
+// under way when ctx ends finishes its current batch (the keys it took over
+// are driven to done or released), then Run returns nil.
+func (r *Reaper) Run(ctx context.Context) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if _, err := r.RunOnce(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			r.log.ErrorContext(ctx, "reaper pass failed", "error", err.Error())
+		}
+		t.Reset(r.cfg.Interval)
+	}
+}
+
+// PassResult says what one pass did.
+type PassResult struct {
+	Completed  int // keys driven to done
+	Failed     int // keys released again (PSP still failing) or lost to another worker
+	Stuck      int64
+	Partitions idempotency.PartitionReport
+	Created    int // partitions created
+	Maintained bool
+}
+
+// RunOnce makes one pass: completion, then (if this reaper gets the lock)
+// partition maintenance.
+func (r *Reaper) RunOnce(ctx context.Context) (*PassResult, error) {
+	res := &PassResult{}
+	if err := r.complete(ctx, res); err != nil {
+		return res, err
+	}
+	if err := r.maintain(ctx, res); err != nil {
+		return res, err
+	}
+	stuck, maxAttempts, err := r.keys.Stuck(ctx, r.pool)
+	if err != nil {
+		return res, err
+	}
+	res.Stuck = stuck
+	r.m.stuck.Record(ctx, stuck)
+	if stuck > 0 {
+		r.log.WarnContext(ctx, "started keys without a live lease remain", "count", stuck, "max_attempts", maxAttempts)
+	}
+	return res, nil
+}
+
+// complete takes over and drives abandoned keys, batch after batch, until a
+// batch comes back short. Keys taken over are driven under a context that
+// SIGTERM does not cancel: a key this reaper holds is finished or released,
+// never dropped half way.
+func (r *Reaper) complete(ctx context.Context, res *PassResult) error {
+	for ctx.Err() == nil {
+		leases, err := r.keys.TakeOverExpired(ctx, r.pool, r.cfg.BatchSize)
+		if err != nil {
+			return err
+		}
+		r.m.takeovers.Add(ctx, int64(len(leases)))
+		r.drive(context.WithoutCancel(ctx), leases, res)
+		if len(leases) < r.cfg.BatchSize {
+			return nil
+		}
+	}
+	return ctx.Err()
+}
+
+func (r *Reaper) drive(ctx context.Context, leases []*idempotency.Lease, res *PassResult) {
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		sem = make(chan struct{}, r.cfg.Parallelism)
+	)
+	for _, lease := range leases {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := r.resume(ctx, lease)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				res.Failed++
+				r.m.failures.Add(ctx, 1)
+				r.log.WarnContext(ctx, "could not complete key", "tenant_id", lease.Record.TenantID, "key", lease.Record.Key,
+					"recovery_point", string(lease.Record.Point), "attempts", lease.Record.Attempts+1, "error", err.Error())
+				return
+			}
+			res.Completed++
+			r.m.completions.Add(ctx, 1)
+		})
+	}
+	wg.Wait()
+}
+
+// resume routes a key to the state machine its request belongs to.
+func (r *Reaper) resume(ctx context.Context, lease *idempotency.Lease) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*r.cfg.Lease)
+	defer cancel()
+	switch lease.Record.Request.Path {
+	case charges.Path:
+		_, err := r.charges.Resume(ctx, lease)
+		return err
+	default:
+		// Release it so that it is counted as stuck and visible, not held.
+		err := fmt.Errorf("no state machine for %s %s", lease.Record.Request.Method, lease.Record.Request.Path)
+		return errors.Join(err, lease.Release(ctx, r.pool, err))
+	}
+}
+
+// maintain creates partitions ahead and drops expired ones, if no other
+// reaper is doing it.
+func (r *Reaper) maintain(ctx context.Context, res *PassResult) error {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("maintenance: %w", err)
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, maintenanceLockID).Scan(&locked); err != nil {
+		return fmt.Errorf("maintenance lock: %w", err)
+	}
+	if !locked {
+		return nil
+	}
+	defer func() {
+		// A session lock outlives the statement: release it before the
+		// connection returns to the pool, even if ctx has ended.
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, maintenanceLockID); err != nil {
+			conn.Conn().Close(context.Background()) //nolint:errcheck // closing drops the lock
+		}
+	}()
+	res.Maintained = true
+
+	if res.Created, err = idempotency.EnsurePartitions(ctx, conn); err != nil {
+		return err
+	}
+	r.m.partitionsCreated.Add(ctx, int64(res.Created))
+	if res.Created > 0 {
+		r.log.InfoContext(ctx, "created partitions ahead", "count", res.Created)
+	}
+
+	start := time.Now()
+	report, err := idempotency.DropExpiredPartitions(ctx, conn, r.cfg.Retention)
+	res.Partitions = report
+	r.m.partitionsDropped.Add(ctx, int64(len(report.Dropped)))
+	for _, name := range report.Dropped {
+		r.log.InfoContext(ctx, "dropped partition past retention", "partition", name, "retention", r.cfg.Retention.String())
+	}
+	if len(report.Dropped) > 0 {
+		r.log.InfoContext(ctx, "retention pass", "dropped", len(report.Dropped), "duration", time.Since(start))
+	}
+	for _, k := range report.Kept {
+		r.log.WarnContext(ctx, "kept partition past retention", "partition", k.Name, "reason", k.Reason)
+	}
+	return err
+}
+
+type instruments struct {
+	takeovers, completions, failures     metric.Int64Counter
+	partitionsCreated, partitionsDropped metric.Int64Counter
+	stuck                                metric.Int64Gauge
+}
+
+func newInstruments(m metric.Meter) (instruments, error) {
+	var (
+		in   instruments
+		errs []error
+	)
+	counter := func(name, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	in.takeovers = counter("phasepay.reaper.takeovers", "Abandoned keys the reaper took over.")
+	in.completions = counter("phasepay.reaper.completions", "Taken-over keys the reaper drove to done.")
+	in.failures = counter("phasepay.reaper.failures", "Taken-over keys the reaper could not finish (released for a later pass).")
+	in.partitionsCreated = counter("phasepay.partitions.created", "Daily key partitions created ahead.")
+	in.partitionsDropped = counter("phasepay.partitions.dropped", "Daily key partitions dropped past retention.")
+	g, err := m.Int64Gauge("phasepay.idempotency.stuck_keys",
+		metric.WithDescription("Started keys with no valid lease: abandoned and not yet completed. Alarm if it stays above zero."))
+	errs = append(errs, err)
+	in.stuck = g
+	return in, errors.Join(errs...)
+}
