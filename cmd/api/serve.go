@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/internal/charges"
@@ -182,6 +183,9 @@ func pspLabel(c Config) string {
 }
 
 func migrate(ctx context.Context, cfg Config) error {
+	if err := createDatabase(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
 	if err := migrations.UpURL(ctx, cfg.DatabaseURL); err != nil {
 		return err
 	}
@@ -206,4 +210,36 @@ func createKey(ctx context.Context, cfg Config, tenant string) (string, error) {
 		return err
 	})
 	return secret, err
+}
+
+// createDatabase creates DATABASE_URL's database if the server does not have
+// it yet, so that `make run` works on a fresh server.
+func createDatabase(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err == nil {
+		return conn.Close(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
+		return err
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	name := cfg.Database
+	cfg.Database = "postgres"
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database: a concurrent migrate won
+			return nil
+		}
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
 }

@@ -148,7 +148,7 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 			slog.String("method", r.Method),
 			slog.String("path", r.URL.Path),
 			slog.Int("status", ww.Status()),
-			slog.Duration("duration", time.Since(start)),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 			slog.String("request_id", middleware.GetReqID(r.Context())),
 		}
 		if ri.tenant != "" {
