@@ -13,10 +13,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/phasepay/phasepay/internal/telemetry"
 )
 
 func main() {
@@ -32,7 +33,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	logger := slog.New(slog.NewJSONHandler(stderr, nil))
+	logger := telemetry.NewLogger(stderr)
 	cfg, err := ParseEnv(getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "api: %v\n", err)

@@ -12,11 +12,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/platform"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
@@ -36,6 +36,9 @@ type Main struct {
 	CrashHook func(ctx context.Context, at charges.CrashPoint) error
 	// Authorizer, if set, replaces the PSP client (tests only).
 	Authorizer charges.Authorizer
+	// Telemetry, if set, replaces the providers built from OTEL_* (tests
+	// pass in-memory exporters).
+	Telemetry *telemetry.Telemetry
 
 	mu      sync.Mutex
 	addr    string
@@ -46,9 +49,17 @@ type Main struct {
 // Run serves until ctx ends, then shuts down gracefully.
 func (m *Main) Run(ctx context.Context) error {
 	m.init()
-	pool, err := pgxpool.New(ctx, m.Config.DatabaseURL)
+	tel := m.Telemetry
+	if tel == nil {
+		var err error
+		if tel, err = telemetry.New(ctx, "phasepay-api"); err != nil {
+			return err
+		}
+		defer tel.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // best effort at exit
+	}
+	pool, err := platform.OpenPool(ctx, m.Config.DatabaseURL, tel)
 	if err != nil {
-		return fmt.Errorf("database: %w", err)
+		return err
 	}
 	defer pool.Close()
 	if created, err := idempotency.EnsurePartitions(ctx, pool); err != nil {
@@ -69,7 +80,7 @@ func (m *Main) Run(ctx context.Context) error {
 			servers = append(servers, ms)
 			pspURL = ms.URL
 		}
-		if authorizer, err = psp.NewClient(psp.ClientConfig{BaseURL: pspURL}); err != nil {
+		if authorizer, err = platform.PSPClient(pspURL, tel); err != nil {
 			return fmt.Errorf("psp: %w", err)
 		}
 	}
@@ -78,19 +89,17 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	metrics, err := telemetry.NewMetrics()
-	if err != nil {
-		return err
-	}
-	defer metrics.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // best effort at exit
-	svc := charges.NewService(pool, keys, authorizer, charges.Config{
+	svc, err := charges.NewService(pool, keys, authorizer, charges.Config{
 		OneCommitPerPhase: m.Config.OneCommitPerPhase,
 		CrashHook:         m.CrashHook,
 		Logger:            m.Logger,
+		TracerProvider:    tel.Tracer,
+		MeterProvider:     tel.Meter,
 	})
-	handler, err := httpapi.NewHandler(httpapi.Config{
-		Pool: pool, Charges: svc, Metrics: metrics.Handler, Meter: metrics.Meter("phasepay/api"), Logger: m.Logger,
-	})
+	if err != nil {
+		return err
+	}
+	handler, err := httpapi.NewHandler(httpapi.Config{Pool: pool, Charges: svc, Telemetry: tel, Logger: m.Logger})
 	if err != nil {
 		return err
 	}

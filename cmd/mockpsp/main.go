@@ -19,7 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/telemetry"
 )
 
 func main() {
@@ -32,7 +35,7 @@ func run() int {
 	defer stop()
 
 	m := NewMain()
-	m.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	m.Logger = telemetry.NewLogger(os.Stderr)
 	if err := m.ParseEnv(os.Getenv); err != nil {
 		fmt.Fprintf(os.Stderr, "mockpsp: %v\n", err)
 		return 2
@@ -88,6 +91,19 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Traced like the API (OTEL_* variables), and continuing the caller's
+	// W3C trace context, so one trace spans the API and the PSP.
+	tel, err := telemetry.New(ctx, "phasepay-mockpsp")
+	if err != nil {
+		return err
+	}
+	defer tel.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // best effort at exit
+	handler := otelhttp.NewHandler(mock, "mockpsp",
+		otelhttp.WithTracerProvider(tel.Tracer),
+		otelhttp.WithMeterProvider(tel.Meter),
+		otelhttp.WithPropagators(tel.Propagator),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "mockpsp " + r.Method + " " + r.URL.Path }),
+	)
 
 	m.mu.Lock()
 	if m.running {
@@ -103,7 +119,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("listen on %s: %w", m.ListenAddr, err)
 	}
 	srv := &http.Server{
-		Handler:           mock,
+		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		// net/http's own complaints (TLS, hijack, panics) become JSON lines too.
 		ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelError),

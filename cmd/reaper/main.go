@@ -20,11 +20,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/envconfig"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/platform"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
 	"github.com/phasepay/phasepay/internal/telemetry"
@@ -42,7 +41,7 @@ func run(getenv func(string) string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "reaper: %v\n", err)
 		return 2
 	}
-	m := &Main{Config: cfg, Logger: slog.New(slog.NewJSONHandler(stderr, nil))}
+	m := &Main{Config: cfg, Logger: telemetry.NewLogger(stderr)}
 	if err := m.Run(ctx); err != nil {
 		m.Logger.Error("reaper stopped", "error", err.Error())
 		return 1
@@ -102,9 +101,14 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.Logger == nil {
 		m.Logger = slog.New(slog.DiscardHandler)
 	}
-	pool, err := pgxpool.New(ctx, m.Config.DatabaseURL)
+	tel, err := telemetry.New(ctx, "phasepay-reaper")
 	if err != nil {
-		return fmt.Errorf("database: %w", err)
+		return err
+	}
+	defer tel.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // best effort at exit
+	pool, err := platform.OpenPool(ctx, m.Config.DatabaseURL, tel)
+	if err != nil {
+		return err
 	}
 	defer pool.Close()
 
@@ -122,18 +126,13 @@ func (m *Main) Run(ctx context.Context) error {
 			m.Logger.Warn("PSP_URL is empty: using an in-process mock PSP of the reaper's own", "url", ms.URL)
 			pspURL = ms.URL
 		}
-		if authorizer, err = psp.NewClient(psp.ClientConfig{BaseURL: pspURL}); err != nil {
+		if authorizer, err = platform.PSPClient(pspURL, tel); err != nil {
 			return fmt.Errorf("psp: %w", err)
 		}
 	}
 
-	metrics, err := telemetry.NewMetrics()
-	if err != nil {
-		return err
-	}
-	defer metrics.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck
 	if m.Config.MetricsAddr != "" {
-		stopMetrics, err := m.serveMetrics(metrics.Handler)
+		stopMetrics, err := m.serveMetrics(tel.MetricsHandler)
 		if err != nil {
 			return err
 		}
@@ -144,11 +143,16 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	svc := charges.NewService(pool, keys, authorizer, charges.Config{Logger: m.Logger})
+	svc, err := charges.NewService(pool, keys, authorizer, charges.Config{
+		Logger: m.Logger, TracerProvider: tel.Tracer, MeterProvider: tel.Meter,
+	})
+	if err != nil {
+		return err
+	}
 	r, err := reaper.New(pool, keys, svc, reaper.Config{
 		Interval:  m.Config.Interval,
 		Retention: m.Config.Retention,
-		Meter:     metrics.Meter("phasepay/reaper"),
+		Meter:     tel.Meter.Meter("github.com/phasepay/phasepay/internal/reaper"),
 		Logger:    m.Logger,
 	})
 	if err != nil {

@@ -162,7 +162,7 @@ func TestStaleWorkerCannotCommitAfterTakeover(t *testing.T) {
 	req, params := request(t, visa)
 
 	gate := &gatedAuthorizer{next: b.psp, entered: make(chan struct{}), released: make(chan struct{})}
-	stalled := charges.NewService(b.pool, b.keys, gate, charges.Config{})
+	stalled := newService(t, b.pool, b.keys, gate, charges.Config{})
 	type result struct {
 		res charges.Result
 		err error

@@ -37,6 +37,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/problem"
@@ -72,6 +75,9 @@ type Config struct {
 	CrashHook func(ctx context.Context, at CrashPoint) error
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// TracerProvider and MeterProvider default to no-ops.
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
 }
 
 // CrashPoint names a moment at which a test may kill a run.
@@ -93,11 +99,16 @@ type Service struct {
 	psp  Authorizer
 	cfg  Config
 	log  *slog.Logger
+	tel  instruments
 }
 
 // NewService returns a Service.
-func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authorizer, cfg Config) *Service {
-	return &Service{pool: pool, keys: keys, psp: authorizer, cfg: cfg, log: cmpLogger(cfg.Logger)}
+func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authorizer, cfg Config) (*Service, error) {
+	tel, err := newInstruments(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{pool: pool, keys: keys, psp: authorizer, cfg: cfg, log: cmpLogger(cfg.Logger), tel: tel}, nil
 }
 
 // Outcome says how a request's key was handled (for logs and metrics).
@@ -120,7 +131,9 @@ type Result struct {
 // replayed), or an error: idempotency.ErrMismatch, idempotency.ErrInProgress,
 // ErrPSPUnavailable, or an internal error. params must be the request that
 // req fingerprints.
-func (s *Service) Create(ctx context.Context, tenantID int64, key string, req idempotency.Canonical, params CreateParams) (Result, error) {
+func (s *Service) Create(ctx context.Context, tenantID int64, key string, req idempotency.Canonical, params CreateParams) (_ Result, err error) {
+	ctx, span := s.tel.tracer.Start(ctx, "charges.create", trace.WithAttributes(attrTenant.Int64(tenantID)))
+	defer func() { endSpan(span, err) }()
 	var (
 		rec     idempotency.Record
 		created bool
@@ -129,9 +142,10 @@ func (s *Service) Create(ctx context.Context, tenantID int64, key string, req id
 	// Transaction 1: the claim, committed before any foreign call so that a
 	// duplicate gets 409 at once and the reaper can see the key. Folded into
 	// it: start → charge_created.
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	claim := idempotency.ClaimParams{TenantID: tenantID, Key: key, Request: req, TraceContext: traceContext(ctx)}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		if rec, created, err = s.keys.Claim(ctx, tx, tenantID, key, req); err != nil || !created || s.cfg.OneCommitPerPhase {
+		if rec, created, err = s.keys.Claim(ctx, tx, claim); err != nil || !created || s.cfg.OneCommitPerPhase {
 			return err
 		}
 		charge, err = s.createCharge(ctx, tx, s.keys.LeaseOf(rec), params)
@@ -143,6 +157,7 @@ func (s *Service) Create(ctx context.Context, tenantID int64, key string, req id
 	if !created {
 		return s.existing(ctx, rec, req.Fingerprint)
 	}
+	s.tel.countOutcome(ctx, string(OutcomeNew))
 	if err := s.crash(ctx, CrashAfterClaim); err != nil {
 		return Result{}, err
 	}
@@ -160,12 +175,16 @@ func (s *Service) existing(ctx context.Context, rec idempotency.Record, fp idemp
 	// Two rounds at most: a takeover that loses the race re-reads the key
 	// once, and then it is either done (replay) or someone holds it (409).
 	for range 2 {
-		switch idempotency.Decide(rec, fp) {
+		decision := idempotency.Decide(rec, fp)
+		switch decision {
 		case idempotency.Mismatch:
+			s.tel.countOutcome(ctx, decision.String())
 			return Result{}, idempotency.ErrMismatch
 		case idempotency.Replay:
+			s.tel.countOutcome(ctx, decision.String())
 			return Result{Response: *rec.Response, Outcome: OutcomeReplay}, nil
 		case idempotency.InProgress:
+			s.tel.countOutcome(ctx, decision.String())
 			return Result{}, idempotency.ErrInProgress
 		case idempotency.TakeOver:
 			lease, err := s.keys.TakeOver(ctx, s.pool, rec)
@@ -178,16 +197,26 @@ func (s *Service) existing(ctx context.Context, rec idempotency.Record, fp idemp
 			if err != nil {
 				return Result{}, err
 			}
+			s.tel.countOutcome(ctx, decision.String())
 			resp, err := s.Resume(ctx, lease)
 			return Result{Response: resp, Outcome: OutcomeTakeover}, err
 		}
 	}
+	s.tel.countOutcome(ctx, idempotency.InProgress.String())
 	return Result{}, idempotency.ErrInProgress
 }
 
 // Resume drives a key this worker has just taken over (a client's retry, or
-// the reaper) from its recovery point to done.
-func (s *Service) Resume(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error) {
+// the reaper) from its recovery point to done. Its span links to the trace
+// of the request that claimed the key.
+func (s *Service) Resume(ctx context.Context, lease *idempotency.Lease) (_ idempotency.Response, err error) {
+	opts := append(linkTo(lease.Record.TraceContext), trace.WithAttributes(
+		attrTenant.Int64(lease.Record.TenantID),
+		attrRecoveryPoint.String(string(lease.Record.Point)),
+		attrLockVersion.Int64(lease.Record.LockVersion)))
+	ctx, span := s.tel.tracer.Start(ctx, "charges.resume", opts...)
+	defer func() { endSpan(span, err) }()
+	span.AddEvent(EventTakeover)
 	return s.drive(ctx, lease, lease.Record.Point, nil)
 }
 
@@ -283,11 +312,15 @@ func (s *Service) drive(ctx context.Context, lease *idempotency.Lease, point ide
 }
 
 // createCharge is the arrow start → charge_created: a pending charge row.
-func (s *Service) createCharge(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, params CreateParams) (*Charge, error) {
-	if err := lease.Advance(ctx, tx, PointChargeCreated); err != nil {
-		return nil, err
-	}
-	return insertCharge(ctx, tx, lease.Record.ID(), params)
+func (s *Service) createCharge(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, params CreateParams) (c *Charge, err error) {
+	err = s.arrow(ctx, lease, PointChargeCreated, func(ctx context.Context) error {
+		if err := lease.Advance(ctx, tx, PointChargeCreated); err != nil {
+			return err
+		}
+		c, err = insertCharge(ctx, tx, lease.Record.ID(), params)
+		return err
+	})
+	return c, err
 }
 
 // authorize makes the foreign call. Its PSP key is derived from the charge
@@ -298,6 +331,7 @@ func (s *Service) authorize(ctx context.Context, lease *idempotency.Lease, c *Ch
 	hbCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	go lease.Heartbeat(hbCtx, s.pool, func(error) {})
+	start := time.Now()
 	auth, err := s.psp.Authorize(ctx, psp.AuthorizeRequest{
 		IdempotencyKey: PSPKey(c.ID),
 		Amount:         c.Amount,
@@ -305,6 +339,7 @@ func (s *Service) authorize(ctx context.Context, lease *idempotency.Lease, c *Ch
 		PaymentMethod:  c.PaymentMethod,
 		Reference:      c.ID,
 	})
+	s.recordPSP(ctx, start, auth, err)
 	if err != nil {
 		return psp.Authorization{}, fmt.Errorf("authorize %s: %w", c.ID, err)
 	}
@@ -317,23 +352,28 @@ func PSPKey(chargeID string) string { return chargeID + ":authorize" }
 // recordAuthorization is the arrow charge_created → psp_authorized: the PSP's
 // answer on the charge row.
 func (s *Service) recordAuthorization(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, c *Charge, auth psp.Authorization) error {
-	if err := lease.Advance(ctx, tx, PointPSPAuthorized); err != nil {
-		return err
-	}
-	c.PSPReference = &auth.ID
-	c.DeclineCode = auth.DeclineCode
-	c.Status = StatusAuthorized
-	if auth.Status == psp.StatusDeclined {
-		c.Status = StatusDeclined
-	}
-	return recordAuthorization(ctx, tx, c)
+	return s.arrow(ctx, lease, PointPSPAuthorized, func(ctx context.Context) error {
+		if err := lease.Advance(ctx, tx, PointPSPAuthorized); err != nil {
+			return err
+		}
+		c.PSPReference = &auth.ID
+		c.DeclineCode = auth.DeclineCode
+		c.Status = StatusAuthorized
+		if auth.Status == psp.StatusDeclined {
+			c.Status = StatusDeclined
+		}
+		return recordAuthorization(ctx, tx, c)
+	})
 }
 
 // finish is the arrow psp_authorized → done: the response, stored for replay
 // in the transaction of the last effect.
 func (s *Service) finish(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, c *Charge) (idempotency.Response, error) {
 	resp := response(c)
-	if err := lease.Finish(ctx, tx, resp); err != nil {
+	err := s.arrow(ctx, lease, idempotency.PointDone, func(ctx context.Context) error {
+		return lease.Finish(ctx, tx, resp)
+	})
+	if err != nil {
 		return idempotency.Response{}, err
 	}
 	return resp, nil
@@ -375,6 +415,7 @@ func (s *Service) afterLeaseLost(ctx context.Context, lease *idempotency.Lease) 
 	if err != nil {
 		return idempotency.Response{}, err
 	}
+	s.tel.countOutcome(ctx, "lease_lost")
 	s.log.WarnContext(ctx, "lease lost to a takeover", "key", lease.Record.Key, "lock_version", lease.Record.LockVersion,
 		"now_lock_version", rec.LockVersion)
 	if rec.State == idempotency.StateDone && rec.CreatedAt.Equal(lease.Record.CreatedAt) {
@@ -393,6 +434,16 @@ func (s *Service) crash(ctx context.Context, at CrashPoint) error {
 // Get returns a tenant's charge, or ErrNotFound.
 func (s *Service) Get(ctx context.Context, tenantID int64, id string) (*Charge, error) {
 	return chargeByID(ctx, s.pool, tenantID, id)
+}
+
+// endSpan ends a request's span; a mismatch or a conflict is an answer the
+// key gave (an event), not a failure of the span.
+func endSpan(span trace.Span, err error) {
+	if err != nil && !errors.Is(err, idempotency.ErrMismatch) && !errors.Is(err, idempotency.ErrInProgress) {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 func cmpLogger(l *slog.Logger) *slog.Logger {

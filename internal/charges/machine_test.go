@@ -68,7 +68,7 @@ func (b *testBundle) service(t *testing.T, offset time.Duration, cfg charges.Con
 	if offset != 0 {
 		pool = testdb.Pool(t, b.url, b.t0.Add(offset))
 	}
-	return charges.NewService(pool, b.keys, b.psp, cfg)
+	return newService(t, pool, b.keys, b.psp, cfg)
 }
 
 func request(t *testing.T, body string) (idempotency.Canonical, charges.CreateParams) {
@@ -138,7 +138,7 @@ func TestCommitsPerNewCharge(t *testing.T) {
 			b := setup(t)
 			counter := &commitCounter{}
 			pool := testdb.Pool(t, b.url, b.t0, func(c *pgxpool.Config) { c.ConnConfig.Tracer = counter })
-			svc := charges.NewService(pool, b.keys, b.psp, tt.cfg)
+			svc := newService(t, pool, b.keys, b.psp, tt.cfg)
 
 			req, params := request(t, visa)
 			res, err := svc.Create(ctx, b.tenant, "commits", req, params)
@@ -158,4 +158,11 @@ func TestCommitsPerNewCharge(t *testing.T) {
 			require.Equal(t, tt.want+1, counter.count())
 		})
 	}
+}
+
+func newService(t *testing.T, pool *pgxpool.Pool, keys *idempotency.Store, a charges.Authorizer, cfg charges.Config) *charges.Service {
+	t.Helper()
+	svc, err := charges.NewService(pool, keys, a, cfg)
+	require.NoError(t, err)
+	return svc
 }

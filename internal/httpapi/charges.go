@@ -9,8 +9,6 @@ import (
 	"strconv"
 
 	"github.com/go-chi/chi/v5"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
@@ -52,7 +50,7 @@ func (s *server) createCharge(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.RunTimeout)
 	defer cancel()
 	res, err := s.cfg.Charges.Create(ctx, tenant.ID, key, req, params)
-	s.countOutcome(r, res.Outcome, err)
+	info(r.Context()).outcome = outcomeLabel(res.Outcome, err)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -68,21 +66,17 @@ func (s *server) createCharge(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(res.Response.Body)
 }
 
-func (s *server) countOutcome(r *http.Request, outcome charges.Outcome, err error) {
-	name := string(outcome)
+// outcomeLabel names what the key decided, for the request log line.
+func outcomeLabel(outcome charges.Outcome, err error) string {
 	switch {
 	case errors.Is(err, idempotency.ErrMismatch):
-		name = "mismatch"
+		return "mismatch"
 	case errors.Is(err, idempotency.ErrInProgress):
-		name = "in_progress"
-	case err != nil && name == "":
-		name = "error"
+		return "in_progress"
+	case err != nil && outcome == "":
+		return "error"
 	}
-	if name == "" {
-		return
-	}
-	info(r.Context()).outcome = name
-	s.outcomes.Add(r.Context(), 1, metric.WithAttributes(attribute.String("outcome", name)))
+	return string(outcome)
 }
 
 // getCharge serves GET /v1/charges/{id}.

@@ -15,9 +15,11 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
 )
 
@@ -28,10 +30,9 @@ const MaxBodyBytes = 64 << 10
 type Config struct {
 	Pool    *pgxpool.Pool
 	Charges *charges.Service
-	// Metrics serves GET /metrics.
-	Metrics http.Handler
-	Meter   metric.Meter
-	Logger  *slog.Logger
+	// Telemetry provides the tracer, meter, propagators and GET /metrics.
+	Telemetry *telemetry.Telemetry
+	Logger    *slog.Logger
 	// RunTimeout bounds one charge run. A run is detached from its client's
 	// connection: a client that hangs up does not abort a charge half way;
 	// the run finishes and stores its response for the client's retry.
@@ -47,15 +48,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	outcomes, err := cfg.Meter.Int64Counter("phasepay.idempotency.outcomes",
-		metric.WithDescription("Requests by what their idempotency key decided: new, replay, in_progress, mismatch, takeover."))
-	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	s := &server{cfg: cfg, log: cfg.Logger, outcomes: outcomes}
+	s := &server{cfg: cfg, log: cfg.Logger}
 
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics)
+	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics, nameSpan)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errRouteNotFound)
 	})
@@ -64,19 +60,37 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	})
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok\n") })
 	r.Get("/readyz", s.ready)
-	r.Method(http.MethodGet, "/metrics", cfg.Metrics)
+	r.Method(http.MethodGet, "/metrics", cfg.Telemetry.MetricsHandler)
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.authenticate, limitBody)
 		r.Post("/charges", s.createCharge)
 		r.Get("/charges/{id}", s.getCharge)
 	})
-	return r, nil
+	// Outermost, so the request's span is in the context of everything
+	// below, the request log line included. It extracts the caller's W3C
+	// trace context.
+	return otelhttp.NewHandler(r, "http.request",
+		otelhttp.WithTracerProvider(cfg.Telemetry.Tracer),
+		otelhttp.WithMeterProvider(cfg.Telemetry.Meter),
+		otelhttp.WithPropagators(cfg.Telemetry.Propagator),
+		otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Path != "/metrics" && r.URL.Path != "/healthz" }),
+	), nil
+}
+
+// nameSpan names the request's span after the route it matched (known only
+// once chi has routed it), e.g. "POST /v1/charges".
+func nameSpan(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r)
+		if pattern := chi.RouteContext(r.Context()).RoutePattern(); pattern != "" {
+			trace.SpanFromContext(r.Context()).SetName(r.Method + " " + pattern)
+		}
+	})
 }
 
 type server struct {
-	cfg      Config
-	log      *slog.Logger
-	outcomes metric.Int64Counter
+	cfg Config
+	log *slog.Logger
 }
 
 func (s *server) ready(w http.ResponseWriter, r *http.Request) {

@@ -48,6 +48,8 @@ type Record struct {
 	Attempts int
 	// Response is set once State is StateDone.
 	Response *Response
+	// TraceContext is the claiming request's trace context, if it had one.
+	TraceContext string
 }
 
 // ID identifies one incarnation of a key: after retention drops it, the same

@@ -89,8 +89,8 @@ WITH existing AS (
      LIMIT 1
 ), inserted AS (
     INSERT INTO idempotency_keys
-           (tenant_id, key, fingerprint, request_method, request_path, request_body, locked_until)
-    SELECT $1, $2, $3, $4, $5, $6, phasepay_now() + $7 * interval '1 microsecond'
+           (tenant_id, key, fingerprint, request_method, request_path, request_body, locked_until, trace_context)
+    SELECT $1, $2, $3, $4, $5, $6, phasepay_now() + $7 * interval '1 microsecond', nullif($8, '')
      WHERE NOT EXISTS (SELECT 1 FROM existing)
     RETURNING ` + recordColumns + `
 )
@@ -101,7 +101,17 @@ SELECT false, * FROM existing`
 // recordColumns is read by scanRecord, in this order.
 const recordColumns = `tenant_id, key, created_at, fingerprint, request_method, request_path, request_body,
        state, recovery_point, lock_version, coalesce(locked_until > phasepay_now(), false), attempts,
-       response_status, response_content_type, response_body`
+       response_status, response_content_type, response_body, coalesce(trace_context, '')`
+
+// ClaimParams names the key to claim and the request it is claimed for.
+type ClaimParams struct {
+	TenantID int64
+	Key      string
+	Request  Canonical
+	// TraceContext is stored opaque (a W3C traceparent), so that whoever
+	// takes the key over can link to the trace that started it.
+	TraceContext string
+}
 
 // Claim claims the key of a request inside tx, which the caller commits
 // before it makes any foreign call: once committed, the claim is visible to
@@ -110,7 +120,8 @@ const recordColumns = `tenant_id, key, created_at, fingerprint, request_method, 
 // It returns the key's record and whether this call created it. A created
 // record's lease belongs to the caller (see LeaseOf); for an existing one the
 // caller asks Decide what to do.
-func (s *Store) Claim(ctx context.Context, tx pgx.Tx, tenantID int64, key string, req Canonical) (rec Record, created bool, err error) {
+func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p ClaimParams) (rec Record, created bool, err error) {
+	tenantID, key, req := p.TenantID, p.Key, p.Request
 	var isolation, ignored string
 	if err := tx.QueryRow(ctx, claimLockSQL, tenantID, key).Scan(&isolation, &ignored); err != nil {
 		return Record{}, false, fmt.Errorf("claim %q: lock: %w", key, err)
@@ -118,7 +129,7 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, tenantID int64, key string
 	if isolation != "read committed" {
 		return Record{}, false, fmt.Errorf("claim %q: needs a READ COMMITTED transaction, got %s", key, isolation)
 	}
-	row := tx.QueryRow(ctx, claimSQL, tenantID, key, req.Fingerprint[:], req.Method, req.Path, req.Body, s.cfg.Lease.Microseconds())
+	row := tx.QueryRow(ctx, claimSQL, tenantID, key, req.Fingerprint[:], req.Method, req.Path, req.Body, s.cfg.Lease.Microseconds(), p.TraceContext)
 	rec, err = scanRecord(row, &created)
 	if err != nil {
 		return Record{}, false, fmt.Errorf("claim %q: %w", key, err)
@@ -155,7 +166,7 @@ func scanRecord(row pgx.Row, created *bool) (Record, error) {
 	err := row.Scan(created, &rec.TenantID, &rec.Key, &rec.CreatedAt, &fp,
 		&rec.Request.Method, &rec.Request.Path, &rec.Request.Body,
 		&rec.State, &rec.Point, &rec.LockVersion, &rec.Leased, &rec.Attempts,
-		&status, &contentType, &body)
+		&status, &contentType, &body, &rec.TraceContext)
 	if err != nil {
 		return Record{}, err
 	}
@@ -231,7 +242,7 @@ RETURNING false, ` + qualifiedRecordColumns
 // idempotency_keys as k.
 const qualifiedRecordColumns = `k.tenant_id, k.key, k.created_at, k.fingerprint, k.request_method, k.request_path,
        k.request_body, k.state, k.recovery_point, k.lock_version, true, k.attempts,
-       k.response_status, k.response_content_type, k.response_body`
+       k.response_status, k.response_content_type, k.response_body, coalesce(k.trace_context, '')`
 
 // TakeOverExpired takes over up to limit abandoned keys (started, lease
 // expired, retry backoff over) and returns their leases.

@@ -40,7 +40,7 @@ func setup(t *testing.T) *testBundle {
 // claim runs a claim in its own committed transaction, as callers must.
 func claim(ctx context.Context, pool *pgxpool.Pool, store *idempotency.Store, tenant int64, key string, req idempotency.Canonical) (rec idempotency.Record, created bool, err error) {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rec, created, err = store.Claim(ctx, tx, tenant, key, req)
+		rec, created, err = store.Claim(ctx, tx, idempotency.ClaimParams{TenantID: tenant, Key: key, Request: req})
 		return err
 	})
 	return rec, created, err
@@ -128,7 +128,7 @@ func TestClaimRefusesSnapshotIsolation(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	err := pgx.BeginTxFunc(ctx, b.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		_, _, err := b.store.Claim(ctx, tx, b.tenant, "rr", b.req)
+		_, _, err := b.store.Claim(ctx, tx, idempotency.ClaimParams{TenantID: b.tenant, Key: "rr", Request: b.req})
 		return err
 	})
 	require.ErrorContains(t, err, "READ COMMITTED")

@@ -65,7 +65,7 @@ func (b *testBundle) abandon(t *testing.T, key string, oneCommit bool, at charge
 	require.NoError(t, err)
 	params, err := charges.ParseCreateParams([]byte(body))
 	require.NoError(t, err)
-	svc := charges.NewService(b.pool, b.keys, b.psp, charges.Config{
+	svc := newService(t, b.pool, b.keys, b.psp, charges.Config{
 		OneCommitPerPhase: oneCommit,
 		CrashHook: func(_ context.Context, p charges.CrashPoint) error {
 			if p == at {
@@ -82,7 +82,7 @@ func (b *testBundle) abandon(t *testing.T, key string, oneCommit bool, at charge
 func (b *testBundle) reaper(t *testing.T, offset time.Duration) *reaper.Reaper {
 	t.Helper()
 	pool := testdb.Pool(t, b.url, b.t0.Add(offset))
-	svc := charges.NewService(pool, b.keys, b.psp, charges.Config{})
+	svc := newService(t, pool, b.keys, b.psp, charges.Config{})
 	r, err := reaper.New(pool, b.keys, svc, reaper.Config{})
 	require.NoError(t, err)
 	return r
@@ -272,4 +272,11 @@ func TestRunStopsWhenCancelled(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
+}
+
+func newService(t *testing.T, pool *pgxpool.Pool, keys *idempotency.Store, a charges.Authorizer, cfg charges.Config) *charges.Service {
+	t.Helper()
+	svc, err := charges.NewService(pool, keys, a, cfg)
+	require.NoError(t, err)
+	return svc
 }

@@ -1,44 +1,109 @@
-// Package telemetry sets up a process's OpenTelemetry meter provider with
-// the Prometheus exporter, so that /metrics serves every instrument.
+// Package telemetry sets up a process's OpenTelemetry once, from the
+// standard OTEL_* environment variables: a tracer provider whose exporter
+// OTEL_TRACES_EXPORTER chooses (otlp, console or none; none when unset, so a
+// plain run prints no spans), the W3C trace-context propagators, and a meter
+// provider exported through Prometheus for /metrics. Exporters and
+// propagation are the OpenTelemetry libraries'; nothing here is written by
+// hand but the wiring.
 package telemetry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/exporters/autoexport"
+	"go.opentelemetry.io/contrib/propagators/autoprop"
+	"go.opentelemetry.io/otel"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
-// Metrics is a process's meter provider and the /metrics handler that
-// exposes it. Each process (and each in-process test server) has its own
-// registry, so two servers in one test binary do not share counters.
-type Metrics struct {
-	Provider *sdkmetric.MeterProvider
-	Handler  http.Handler
+// Telemetry is one process's providers.
+type Telemetry struct {
+	Tracer     trace.TracerProvider
+	Meter      metric.MeterProvider
+	Propagator propagation.TextMapPropagator
+	// MetricsHandler serves the Prometheus exposition of every instrument.
+	MetricsHandler http.Handler
+
+	shutdown []func(context.Context) error
 }
 
-// NewMetrics returns a meter provider exported through Prometheus.
-func NewMetrics() (*Metrics, error) {
+// Setup builds the providers for the named service (OTEL_SERVICE_NAME
+// overrides it) and installs them as the global ones, for libraries that
+// only look there.
+func Setup(ctx context.Context, service string) (*Telemetry, error) {
+	t, err := New(ctx, service)
+	if err != nil {
+		return nil, err
+	}
+	otel.SetTracerProvider(t.Tracer)
+	otel.SetMeterProvider(t.Meter)
+	otel.SetTextMapPropagator(t.Propagator)
+	return t, nil
+}
+
+// New builds the providers without installing them globally (tests build
+// one per in-process server).
+func New(ctx context.Context, service string) (*Telemetry, error) {
+	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName(service)),
+		resource.WithFromEnv(), // OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+		resource.WithProcessPID(),
+		resource.WithHost(),
+	)
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		return nil, fmt.Errorf("telemetry: resource: %w", err)
+	}
+	t := &Telemetry{Propagator: autoprop.NewTextMapPropagator()}
+
+	if os.Getenv("OTEL_TRACES_EXPORTER") == "" || os.Getenv("OTEL_SDK_DISABLED") == "true" {
+		t.Tracer = tracenoop.NewTracerProvider()
+	} else {
+		exporter, err := autoexport.NewSpanExporter(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("telemetry: OTEL_TRACES_EXPORTER: %w", err)
+		}
+		if autoexport.IsNoneSpanExporter(exporter) {
+			t.Tracer = tracenoop.NewTracerProvider()
+		} else {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
+			t.Tracer = tp
+			t.shutdown = append(t.shutdown, tp.Shutdown)
+		}
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
+	promExporter, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
-		return nil, fmt.Errorf("prometheus exporter: %w", err)
+		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
-	return &Metrics{
-		Provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter)),
-		Handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-	}, nil
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(promExporter), sdkmetric.WithResource(res))
+	t.Meter = mp
+	t.MetricsHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	t.shutdown = append(t.shutdown, mp.Shutdown)
+	return t, nil
 }
 
-// Meter returns the named meter.
-func (m *Metrics) Meter(name string) metric.Meter { return m.Provider.Meter(name) }
-
-// Shutdown flushes and stops the provider.
-func (m *Metrics) Shutdown(ctx context.Context) error { return m.Provider.Shutdown(ctx) }
+// Shutdown flushes spans and metrics; call it once at exit.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	var errs []error
+	for _, f := range t.shutdown {
+		errs = append(errs, f(ctx))
+	}
+	return errors.Join(errs...)
+}

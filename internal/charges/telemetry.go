@@ -1,0 +1,145 @@
+package charges
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/psp"
+)
+
+// instrumentationName names this package's tracer and meter.
+const instrumentationName = "github.com/phasepay/phasepay/internal/charges"
+
+// Attribute keys of phase spans and metrics.
+const (
+	attrTenant        = attribute.Key("phasepay.tenant_id")
+	attrRecoveryPoint = attribute.Key("phasepay.recovery_point")
+	attrLockVersion   = attribute.Key("phasepay.lock_version")
+	attrOutcome       = attribute.Key("phasepay.outcome")
+	attrPhase         = attribute.Key("phasepay.phase")
+	attrPSPResult     = attribute.Key("phasepay.psp.result")
+)
+
+// Span events: what the key decided, and lost leases.
+const (
+	EventReplay     = "idempotency.replay"
+	EventInProgress = "idempotency.in_progress"
+	EventMismatch   = "idempotency.mismatch"
+	EventTakeover   = "idempotency.takeover"
+	EventLeaseLost  = "idempotency.lease_lost"
+)
+
+type instruments struct {
+	tracer        trace.Tracer
+	outcomes      metric.Int64Counter
+	phaseDuration metric.Float64Histogram
+	pspDuration   metric.Float64Histogram
+}
+
+func newInstruments(cfg Config) (instruments, error) {
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	mp := cfg.MeterProvider
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	m := mp.Meter(instrumentationName)
+	in := instruments{tracer: tp.Tracer(instrumentationName)}
+	var err1, err2, err3 error
+	in.outcomes, err1 = m.Int64Counter("phasepay.idempotency.outcomes",
+		metric.WithDescription("Requests by what their idempotency key decided: new, replay, in_progress, mismatch, takeover, lease_lost."))
+	in.phaseDuration, err2 = m.Float64Histogram("phasepay.phase.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of one atomic phase (its statements, before the commit), by the recovery point it reaches."),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1))
+	in.pspDuration, err3 = m.Float64Histogram("phasepay.psp.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of a PSP authorization call, retries included, by result."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return instruments{}, fmt.Errorf("charges: instruments: %w", err)
+	}
+	return in, nil
+}
+
+// countOutcome records what a key decided, as a metric and as an event on
+// the request's span.
+func (in *instruments) countOutcome(ctx context.Context, outcome string) {
+	in.outcomes.Add(ctx, 1, metric.WithAttributes(attrOutcome.String(outcome)))
+	if outcome != string(OutcomeNew) {
+		trace.SpanFromContext(ctx).AddEvent("idempotency." + outcome)
+	}
+}
+
+// arrow runs one arrow's statements in a span named after the recovery
+// point it reaches, and times it.
+func (s *Service) arrow(ctx context.Context, lease *idempotency.Lease, to idempotency.RecoveryPoint, fn func(context.Context) error) error {
+	ctx, span := s.tel.tracer.Start(ctx, "phase "+string(to), trace.WithAttributes(
+		attrTenant.Int64(lease.Record.TenantID),
+		attrRecoveryPoint.String(string(to)),
+		attrLockVersion.Int64(lease.Record.LockVersion),
+	))
+	defer span.End()
+	start := time.Now()
+	err := fn(ctx)
+	outcome := "ok"
+	switch {
+	case errors.Is(err, idempotency.ErrLeaseLost):
+		outcome = "lease_lost"
+		span.AddEvent(EventLeaseLost)
+	case err != nil:
+		outcome = "error"
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.SetAttributes(attrOutcome.String(outcome))
+	s.tel.phaseDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrPhase.String(string(to)), attrOutcome.String(outcome)))
+	return err
+}
+
+// recordPSP times a PSP call by its result.
+func (s *Service) recordPSP(ctx context.Context, start time.Time, auth psp.Authorization, err error) {
+	result := auth.Status
+	switch {
+	case errors.Is(err, psp.ErrUnavailable):
+		result = "unavailable"
+	case errors.Is(err, psp.ErrRejected):
+		result = "rejected"
+	case err != nil:
+		result = "error"
+	}
+	s.tel.pspDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrPSPResult.String(result)))
+}
+
+// traceContext serialises the span context of ctx to store with a new key.
+// It is always a W3C traceparent, whatever propagators the process uses on
+// the wire: the column has one format.
+func traceContext(ctx context.Context) string {
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return carrier.Get("traceparent")
+}
+
+// linkTo returns a link to the trace a key was claimed in, if it stored one.
+func linkTo(traceContext string) []trace.SpanStartOption {
+	if traceContext == "" {
+		return nil
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceContext})
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return nil
+	}
+	return []trace.SpanStartOption{trace.WithLinks(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("phasepay.link", "claimed_by")}})}
+}

@@ -1,0 +1,147 @@
+package charges_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/testdb"
+)
+
+type telemetryBundle struct {
+	spans  *tracetest.SpanRecorder
+	reader *sdkmetric.ManualReader
+	cfg    charges.Config
+}
+
+func newTelemetry() *telemetryBundle {
+	spans := tracetest.NewSpanRecorder()
+	reader := sdkmetric.NewManualReader()
+	return &telemetryBundle{
+		spans:  spans,
+		reader: reader,
+		cfg: charges.Config{
+			TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)),
+			MeterProvider:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		},
+	}
+}
+
+// take returns the spans ended since the last call, in order.
+func (tb *telemetryBundle) take(t *testing.T) []sdktrace.ReadOnlySpan {
+	t.Helper()
+	ended := tb.spans.Ended()
+	tb.spans.Reset()
+	return ended
+}
+
+func names(spans []sdktrace.ReadOnlySpan) []string {
+	out := make([]string, len(spans))
+	for i, s := range spans {
+		out[i] = s.Name()
+	}
+	return out
+}
+
+func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+func events(s sdktrace.ReadOnlySpan) []string {
+	var out []string
+	for _, e := range s.Events() {
+		out = append(out, e.Name)
+	}
+	return out
+}
+
+func (tb *telemetryBundle) outcomes(t *testing.T) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, tb.reader.Collect(context.Background(), &rm))
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "phasepay.idempotency.outcomes" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				v, _ := dp.Attributes.Value("phasepay.outcome")
+				out[v.AsString()] = dp.Value
+			}
+		}
+	}
+	return out
+}
+
+func TestTracesAndMetricsPerOutcome(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	tb := newTelemetry()
+	svc := newService(t, b.pool, b.keys, b.psp, tb.cfg)
+	req, params := request(t, visa)
+
+	// A new charge: one span per phase, in order, under the request's span.
+	_, err := svc.Create(ctx, b.tenant, "tel", req, params)
+	require.NoError(t, err)
+	spans := tb.take(t)
+	require.Equal(t, []string{"phase charge_created", "phase psp_authorized", "phase done", "charges.create"}, names(spans))
+	root := spans[3]
+	for i, point := range []string{"charge_created", "psp_authorized", "done"} {
+		a := attrs(spans[i])
+		require.Equal(t, point, a["phasepay.recovery_point"].AsString())
+		require.Equal(t, b.tenant, a["phasepay.tenant_id"].AsInt64())
+		require.EqualValues(t, 1, a["phasepay.lock_version"].AsInt64())
+		require.Equal(t, "ok", a["phasepay.outcome"].AsString())
+		require.Equal(t, root.SpanContext().SpanID(), spans[i].Parent().SpanID())
+	}
+
+	// A replay: an event, and no phase spans.
+	_, err = svc.Create(ctx, b.tenant, "tel", req, params)
+	require.NoError(t, err)
+	spans = tb.take(t)
+	require.Equal(t, []string{"charges.create"}, names(spans))
+	require.Equal(t, []string{charges.EventReplay}, events(spans[0]))
+
+	// A takeover: the crashed request's key is resumed by a later worker,
+	// whose resume span links to the trace that claimed the key.
+	dying := newService(t, b.pool, b.keys, b.psp, charges.Config{
+		TracerProvider: tb.cfg.TracerProvider, MeterProvider: tb.cfg.MeterProvider, CrashHook: crashAt(charges.CrashAfterClaim),
+	})
+	_, err = dying.Create(ctx, b.tenant, "tel-2", req, params)
+	require.ErrorIs(t, err, errCrash)
+	claimed := tb.take(t)
+	claimTrace := claimed[len(claimed)-1].SpanContext().TraceID()
+
+	later := newService(t, testdb.Pool(t, b.url, b.t0.Add(b.keys.Lease()+time.Second)), b.keys, b.psp, tb.cfg)
+	_, err = later.Create(ctx, b.tenant, "tel-2", req, params)
+	require.NoError(t, err)
+	spans = tb.take(t)
+	require.Equal(t, []string{"phase psp_authorized", "phase done", "charges.resume", "charges.create"}, names(spans))
+	require.Contains(t, events(spans[3]), charges.EventTakeover)
+	resume := spans[2]
+	require.Len(t, resume.Links(), 1)
+	require.Equal(t, claimTrace, resume.Links()[0].SpanContext.TraceID())
+	require.EqualValues(t, 2, attrs(spans[0])["phasepay.lock_version"].AsInt64())
+
+	// A mismatch and an in-progress answer are events too.
+	other, otherParams := request(t, `{"amount":1,"currency":"usd","payment_method":"pm_card_visa"}`)
+	_, err = svc.Create(ctx, b.tenant, "tel", other, otherParams)
+	require.Error(t, err)
+	require.Equal(t, []string{charges.EventMismatch}, events(tb.take(t)[0]))
+
+	require.Equal(t, map[string]int64{"new": 2, "replay": 1, "takeover": 1, "mismatch": 1}, tb.outcomes(t))
+}

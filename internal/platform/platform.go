@@ -1,0 +1,55 @@
+// Package platform opens what every phasepay process needs the same way:
+// a traced PostgreSQL pool and a traced PSP client. cmd/api and cmd/reaper
+// wire the rest.
+package platform
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
+	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/telemetry"
+)
+
+// OpenPool opens a pool on url whose queries are traced.
+func OpenPool(ctx context.Context, url string, tel *telemetry.Telemetry) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	cfg.ConnConfig.Tracer = otelpgx.NewTracer(
+		otelpgx.WithTracerProvider(tel.Tracer),
+		otelpgx.WithMeterProvider(tel.Meter),
+		otelpgx.WithTrimSQLInSpanName(),
+		// Parameters carry keys and amounts, never logged: see the README.
+		otelpgx.WithDisableConnectionDetailsInAttributes(),
+	)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	return pool, nil
+}
+
+// PSPClient returns a PSP client whose calls are traced and carry the W3C
+// trace context to the PSP, so one trace spans both processes.
+func PSPClient(baseURL string, tel *telemetry.Telemetry) (*psp.Client, error) {
+	transport := otelhttp.NewTransport(http.DefaultTransport.(*http.Transport).Clone(),
+		otelhttp.WithTracerProvider(tel.Tracer),
+		otelhttp.WithMeterProvider(tel.Meter),
+		otelhttp.WithPropagators(tel.Propagator),
+	)
+	return psp.NewClient(psp.ClientConfig{
+		BaseURL: baseURL,
+		HTTPClient: &http.Client{
+			Transport: transport,
+			// A PSP has no business redirecting an authorization.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	})
+}
