@@ -1,0 +1,101 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+)
+
+// userAgent names the client in the server's logs.
+const userAgent = "phasepay-go-client/1"
+
+// errProtocol marks a success status whose body is not a charge: the server
+// answered finally, so retrying would only fetch the same bytes again.
+var errProtocol = errors.New("unexpected response")
+
+// attempt sends one request and reads its answer. key, when set, is sent as
+// the Idempotency-Key; attempt never makes one.
+func (c *Client) attempt(ctx context.Context, method, url, key string, body []byte) (*Charge, outcome) {
+	var rd io.Reader
+	if body != nil {
+		// bytes.Reader lets net/http rewind the body should its transport
+		// resend the request on a fresh connection.
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, outcome{err: fmt.Errorf("build request: %w", err)}
+	}
+	req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", userAgent)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+
+	resp, err := c.http.Do(req)
+	if err != nil {
+		// Refused, reset, EOF, a timeout: the request may or may not have
+		// reached the server, which is exactly what the key makes safe to
+		// retry. Errors that no retry can fix (a bad URL) are caught by New.
+		return nil, outcome{err: fmt.Errorf("send: %w", err), retry: true}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		// The connection broke mid-body: the answer is lost, not final.
+		return nil, outcome{status: resp.StatusCode, err: fmt.Errorf("read response: %w", err), retry: true}
+	}
+	replayed := resp.Header.Get("Idempotent-Replayed") == "true"
+
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		var ch Charge
+		if err := json.Unmarshal(raw, &ch); err != nil || ch.ID == "" {
+			return nil, outcome{status: resp.StatusCode,
+				err: fmt.Errorf("%w: %d with a body that is not a charge (the charge may exist: do not retry it under a new key): %q",
+					errProtocol, resp.StatusCode, truncate(raw, 200))}
+		}
+		ch.Replayed, ch.RawBody = replayed, raw
+		return &ch, outcome{status: resp.StatusCode}
+	}
+
+	e := &Error{
+		Status:     resp.StatusCode,
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		Replayed:   replayed,
+		RawBody:    raw,
+	}
+	if isJSON(resp.Header.Get("Content-Type")) {
+		// A body that is not a problem document leaves the fields empty;
+		// the status still decides.
+		_ = json.Unmarshal(raw, &e.Problem)
+	}
+	if e.Problem.Status == 0 {
+		e.Problem.Status = resp.StatusCode
+	}
+	if e.Problem.Title == "" {
+		e.Problem.Title = http.StatusText(resp.StatusCode)
+	}
+	return nil, outcome{status: resp.StatusCode, err: e, retry: retryableStatus(resp.StatusCode), retryAfter: e.RetryAfter}
+}
+
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mt == "application/problem+json" || mt == "application/json")
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}

@@ -1,0 +1,95 @@
+package client
+
+import (
+	"maps"
+	"time"
+)
+
+// ChargeParams is the body of POST /v1/charges, with the contract's JSON
+// names. The server validates it (amount positive and at most 2^53-1, a
+// known lower-case currency, at most 50 metadata keys…); the client does not
+// repeat those rules, so that they cannot drift apart.
+type ChargeParams struct {
+	// Amount is a positive integer in the currency's minor unit.
+	Amount int64 `json:"amount"`
+	// Currency is a lower-case ISO 4217 code, e.g. "usd".
+	Currency string `json:"currency"`
+	// PaymentMethod is the payment method to charge, e.g. "pm_card_visa".
+	PaymentMethod string `json:"payment_method"`
+	// Description is optional free text; nil leaves it out of the body.
+	Description *string `json:"description,omitempty"`
+	// Metadata is an optional string map. Empty and nil are both left out
+	// of the body, so that a journaled intent replays the same fingerprint
+	// whichever of the two it was decoded as.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// clone returns a deep copy, so that a journal or an intent never shares a
+// map or a pointer with the caller.
+func (p ChargeParams) clone() ChargeParams {
+	if p.Description != nil {
+		d := *p.Description
+		p.Description = &d
+	}
+	p.Metadata = maps.Clone(p.Metadata)
+	return p
+}
+
+// ChargeStatus is where a charge stands with the payment service provider.
+type ChargeStatus string
+
+// The statuses of a charge.
+const (
+	// StatusPending: the PSP has not answered yet (e.g. after a 503, until a
+	// retry or the reaper resumes it).
+	StatusPending    ChargeStatus = "pending"
+	StatusAuthorized ChargeStatus = "authorized"
+	StatusDeclined   ChargeStatus = "declined"
+)
+
+// Charge is the charge object of the API.
+type Charge struct {
+	ID            string            `json:"id"`
+	Object        string            `json:"object"`
+	Amount        int64             `json:"amount"`
+	Currency      string            `json:"currency"`
+	PaymentMethod string            `json:"payment_method"`
+	Status        ChargeStatus      `json:"status"`
+	PSPReference  *string           `json:"psp_reference"`
+	Description   *string           `json:"description"`
+	Metadata      map[string]string `json:"metadata"`
+	CreatedAt     time.Time         `json:"created_at"`
+
+	// Replayed is true when the server answered with a stored response of
+	// an earlier request with the same key (Idempotent-Replayed: true).
+	Replayed bool `json:"-"`
+	// RawBody is the final response body exactly as received, so that a
+	// caller can compare a replay with the first answer byte for byte.
+	RawBody []byte `json:"-"`
+}
+
+// Intent is one user intent to charge: the idempotency key it will use on
+// every attempt, for as long as it takes and across process restarts, and
+// the parameters that key was made for.
+type Intent struct {
+	// Key is the Idempotency-Key sent on every attempt.
+	Key string `json:"key"`
+	// Params is the request body.
+	Params ChargeParams `json:"params"`
+	// CreatedAt is when the intent was made; ResumePending replays oldest
+	// first.
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func (in Intent) clone() Intent {
+	in.Params = in.Params.clone()
+	return in
+}
+
+// Result is what ResumePending did with one journaled intent: Charge on
+// success, else Err (the same errors Charge returns).
+type Result struct {
+	Intent Intent
+	Charge *Charge
+	Err    error
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+)
+
+// APIURLDefault is the API's URL when neither --api-url nor
+// PHASEPAY_API_URL is given: the contract's default API_ADDR.
+const APIURLDefault = "http://127.0.0.1:8080"
+
+const usage = `Usage:
+  chargectl charge --amount N --currency CUR --payment-method PM [--description D] [--metadata K=V ...]
+  chargectl get CHARGE_ID
+  chargectl resume
+
+Flags of every command (before or after it):
+  --api-url URL      API base URL (env PHASEPAY_API_URL, default ` + APIURLDefault + `)
+  --api-key KEY      secret API key (env PHASEPAY_API_KEY)
+  --journal DIR      journal of pending charges (env PHASEPAY_JOURNAL,
+                     default $XDG_STATE_HOME/phasepay/journal or ~/.local/state/phasepay/journal)
+  --max-elapsed DUR  give up retrying one call after DUR (default 2m)
+
+Exit status: 0 success, 1 final error or unknown outcome, 2 usage error.
+`
+
+const usageHint = "Run 'chargectl -h' for usage.\n"
+
+// errHelp asks for the usage text on stdout and exit 0.
+var errHelp = errors.New("help requested")
+
+// ParseFlags fills m from args (without the program name) and the
+// environment; flags win over the environment. Its errors are usage errors,
+// one line each.
+func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
+	if v := getenv("PHASEPAY_API_URL"); v != "" {
+		m.APIURL = v
+	}
+	m.APIKey = getenv("PHASEPAY_API_KEY")
+	m.JournalDir = getenv("PHASEPAY_JOURNAL")
+
+	top := m.newFlagSet("chargectl")
+	if err := top.Parse(args); err != nil {
+		return flagError(err)
+	}
+	if top.NArg() == 0 {
+		return errors.New("missing command: charge, get or resume")
+	}
+	m.Command = top.Arg(0)
+
+	fs := m.newFlagSet("chargectl " + m.Command)
+	switch m.Command {
+	case "charge":
+		fs.Int64Var(&m.Params.Amount, "amount", 0, "amount in the currency's minor unit")
+		fs.StringVar(&m.Params.Currency, "currency", "", "lower-case ISO 4217 code")
+		fs.StringVar(&m.Params.PaymentMethod, "payment-method", "", "payment method, pm_...")
+		fs.Func("description", "free text", func(s string) error {
+			m.Params.Description = &s
+			return nil
+		})
+		fs.Func("metadata", "K=V, repeatable", func(s string) error {
+			k, v, ok := strings.Cut(s, "=")
+			if !ok || k == "" {
+				return fmt.Errorf("%q is not KEY=VALUE", s)
+			}
+			if _, dup := m.Params.Metadata[k]; dup {
+				return fmt.Errorf("key %q given twice", k)
+			}
+			if m.Params.Metadata == nil {
+				m.Params.Metadata = map[string]string{}
+			}
+			m.Params.Metadata[k] = v
+			return nil
+		})
+	case "get", "resume":
+	default:
+		return fmt.Errorf("unknown command %q: want charge, get or resume", m.Command)
+	}
+	pos, err := parseInterspersed(fs, top.Args()[1:])
+	if err != nil {
+		return flagError(err)
+	}
+
+	switch m.Command {
+	case "charge":
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, name := range []string{"amount", "currency", "payment-method"} {
+			if !set[name] {
+				return fmt.Errorf("charge: --%s is required", name)
+			}
+		}
+		if len(pos) > 0 {
+			return fmt.Errorf("charge: unexpected argument %q", pos[0])
+		}
+	case "get":
+		if len(pos) != 1 || pos[0] == "" {
+			return errors.New("get: want exactly one charge id")
+		}
+		m.ChargeID = pos[0]
+	case "resume":
+		if len(pos) > 0 {
+			return fmt.Errorf("resume: unexpected argument %q", pos[0])
+		}
+	}
+
+	if m.APIKey == "" {
+		return errors.New("missing API key: --api-key or PHASEPAY_API_KEY")
+	}
+	if m.MaxElapsed <= 0 {
+		return errors.New("--max-elapsed must be positive")
+	}
+	if m.JournalDir == "" && m.Command != "get" {
+		dir, err := defaultJournalDir(getenv)
+		if err != nil {
+			return err
+		}
+		m.JournalDir = dir
+	}
+	return nil
+}
+
+// newFlagSet returns a flag set with the flags every command shares, so
+// that they may come before or after the command.
+func (m *Main) newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // run prints one line and a hint instead
+	fs.StringVar(&m.APIURL, "api-url", m.APIURL, "API base URL")
+	fs.StringVar(&m.APIKey, "api-key", m.APIKey, "secret API key")
+	fs.StringVar(&m.JournalDir, "journal", m.JournalDir, "journal directory")
+	fs.DurationVar(&m.MaxElapsed, "max-elapsed", m.MaxElapsed, "retry budget of one call")
+	return fs
+}
+
+// parseInterspersed parses flags that may follow positional arguments
+// (`get ch_1 --api-key k`), which the flag package alone stops at. A "--"
+// ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// defaultJournalDir follows the XDG base directory spec: state that should
+// survive a restart belongs in $XDG_STATE_HOME, by default ~/.local/state.
+func defaultJournalDir(getenv func(string) string) (string, error) {
+	if x := getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "phasepay", "journal"), nil
+	}
+	if h := getenv("HOME"); h != "" {
+		return filepath.Join(h, ".local", "state", "phasepay", "journal"), nil
+	}
+	return "", errors.New("no journal directory: set --journal or PHASEPAY_JOURNAL (or HOME)")
+}
+
+func flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return errHelp
+	}
+	return err
+}

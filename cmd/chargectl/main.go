@@ -1,0 +1,216 @@
+// Command chargectl creates and reads phasepay charges from a shell, with
+// the retry discipline of package client: one idempotency key per charge,
+// journaled before the first attempt, so that an interrupted chargectl can
+// be resumed without charging twice.
+//
+//	chargectl charge --amount 1000 --currency usd --payment-method pm_card_visa [--description d] [--metadata k=v ...]
+//	chargectl get ch_...
+//	chargectl resume
+//
+// Flags --api-url, --api-key and --journal may come before or after the
+// command; they default to PHASEPAY_API_URL (http://127.0.0.1:8080),
+// PHASEPAY_API_KEY and PHASEPAY_JOURNAL ($XDG_STATE_HOME/phasepay/journal,
+// else ~/.local/state/phasepay/journal).
+//
+// The final charge is printed to stdout as the server sent it. A final
+// error prints one line to stderr and exits 1; a usage error exits 2.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/phasepay/phasepay/client"
+)
+
+func main() {
+	// SIGINT/SIGTERM end the retries; the intent stays journaled for
+	// `chargectl resume`.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // a final error, or the outcome is unknown
+	exitUsage = 2
+)
+
+// run is main with its inputs and exit code explicit, for tests.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	m := NewMain()
+	m.Stdout, m.Stderr = stdout, stderr
+	if err := m.ParseFlags(args, getenv); err != nil {
+		if errors.Is(err, errHelp) {
+			fmt.Fprint(stdout, usage)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "chargectl: %s\n%s", oneLine(err.Error()), usageHint)
+		return exitUsage
+	}
+	if err := m.Run(ctx); err != nil {
+		fmt.Fprintf(stderr, "chargectl: %s\n", oneLine(m.reason(err)))
+		return exitError
+	}
+	return exitOK
+}
+
+// Main is the chargectl program; ParseFlags fills it, Run runs it.
+type Main struct {
+	// Command is "charge", "get" or "resume".
+	Command string
+	// APIURL is the API's base URL.
+	APIURL string
+	// APIKey is the tenant's secret key.
+	APIKey string
+	// JournalDir is the FileJournal's directory (charge and resume).
+	JournalDir string
+	// MaxElapsed bounds the retries of one charge (client.Config.MaxElapsed).
+	MaxElapsed time.Duration
+	// Params is the charge to create (charge).
+	Params client.ChargeParams
+	// ChargeID is the charge to read (get).
+	ChargeID string
+	// HTTPClient, if set, replaces the client's default.
+	HTTPClient *http.Client
+
+	Stdout, Stderr io.Writer
+}
+
+// NewMain returns a Main with the defaults that do not depend on the
+// environment.
+func NewMain() *Main {
+	return &Main{APIURL: APIURLDefault, MaxElapsed: client.MaxElapsedDefault, Stdout: io.Discard, Stderr: io.Discard}
+}
+
+// Run executes the command. Its error is what the user reads.
+func (m *Main) Run(ctx context.Context) error {
+	cfg := client.Config{BaseURL: m.APIURL, APIKey: m.APIKey, HTTPClient: m.HTTPClient, MaxElapsed: m.MaxElapsed}
+	if m.Command == "charge" || m.Command == "resume" {
+		j, err := client.NewFileJournal(m.JournalDir)
+		if err != nil {
+			return err
+		}
+		cfg.Journal = j
+	}
+	c, err := client.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer c.CloseIdleConnections()
+
+	switch m.Command {
+	case "charge":
+		ch, err := c.Charge(ctx, m.Params)
+		if err != nil {
+			return err
+		}
+		return m.print(ch.RawBody)
+	case "get":
+		ch, err := c.Get(ctx, m.ChargeID)
+		if err != nil {
+			return err
+		}
+		return m.print(ch.RawBody)
+	case "resume":
+		return m.resume(ctx, c)
+	}
+	return fmt.Errorf("unknown command %q", m.Command)
+}
+
+// resume prints one compact JSON line per charge that settled, and one
+// stderr line per intent that did not; any of the latter fails the run.
+func (m *Main) resume(ctx context.Context, c *client.Client) error {
+	results, err := c.ResumePending(ctx)
+	failed := 0
+	for _, r := range results {
+		if r.Err != nil {
+			failed++
+			fmt.Fprintf(m.Stderr, "chargectl: intent %s: %s\n", r.Intent.Key, oneLine(m.reason(r.Err)))
+			continue
+		}
+		var line bytes.Buffer
+		if cerr := json.Compact(&line, r.Charge.RawBody); cerr != nil {
+			line.Reset()
+			line.Write(bytes.TrimSpace(r.Charge.RawBody))
+		}
+		if err := m.print(line.Bytes()); err != nil {
+			return err
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d pending intents did not succeed", failed, len(results))
+	}
+	return nil
+}
+
+func (m *Main) print(body []byte) error {
+	if !bytes.HasSuffix(body, []byte("\n")) {
+		body = append(body, '\n')
+	}
+	if _, err := m.Stdout.Write(body); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	return nil
+}
+
+// reason turns an error into what a user needs: the problem's code and
+// detail for an answer of the API, and what to do next when the outcome is
+// unknown.
+func (m *Main) reason(err error) string {
+	var apiErr *client.Error
+	switch {
+	case errors.Is(err, client.ErrGaveUp), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The charge may or may not have happened; only a retry with the
+		// same key can tell, and the journal holds it.
+		if m.Command == "charge" {
+			return fmt.Sprintf("%v; outcome unknown, the intent is kept in %s: run `chargectl resume`", err, m.JournalDir)
+		}
+		return err.Error()
+	case errors.As(err, &apiErr):
+		p := apiErr.Problem
+		code := p.Code
+		if code == "" {
+			code = fmt.Sprintf("http_%d", apiErr.Status)
+		}
+		msg := fmt.Sprintf("%s: %s", code, p.Detail)
+		if p.Detail == "" {
+			msg = fmt.Sprintf("%s: %s", code, p.Title)
+		}
+		if p.Charge != "" {
+			msg += " (charge " + p.Charge + ")"
+		}
+		var fields []string
+		for _, f := range p.Errors {
+			// The server's detail may already name the field.
+			if fe := f.Field + ": " + f.Message; !strings.Contains(p.Detail, fe) {
+				fields = append(fields, fe)
+			}
+		}
+		if len(fields) > 0 {
+			msg += " [" + strings.Join(fields, "; ") + "]"
+		}
+		return msg
+	}
+	return err.Error()
+}
+
+// oneLine folds a message that might hold newlines (a server's detail) into
+// the one line the contract promises.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
