@@ -140,3 +140,21 @@ func detach(ctx context.Context, q DBTX, ident string) error {
 	_, err := q.Exec(ctx, stmt)
 	return err
 }
+
+// partitionsAheadSQL counts the attached partitions from today (UTC) on.
+const partitionsAheadSQL = `
+SELECT count(*)
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'idempotency_keys'::regclass
+   AND c.relname ~ '^idempotency_keys_p[0-9]{8}$'
+   AND c.relname >= 'idempotency_keys_p' || to_char((phasepay_now() AT TIME ZONE 'UTC')::date, 'YYYYMMDD')`
+
+// DaysAhead returns how many days of partitions exist from today on, today
+// included: below 2, tomorrow's inserts are at risk (an alarm).
+func DaysAhead(ctx context.Context, q DBTX) (int, error) {
+	var n int
+	if err := q.QueryRow(ctx, partitionsAheadSQL).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count partitions ahead: %w", err)
+	}
+	return n, nil
+}

@@ -245,6 +245,11 @@ func (r *Reaper) maintain(ctx context.Context, res *PassResult) error {
 	if res.Created > 0 {
 		r.log.InfoContext(ctx, "created partitions ahead", "count", res.Created)
 	}
+	ahead, err := idempotency.DaysAhead(ctx, conn)
+	if err != nil {
+		return err
+	}
+	r.m.daysAhead.Record(ctx, int64(ahead))
 
 	start := time.Now()
 	report, err := idempotency.DropExpiredPartitions(ctx, conn, r.cfg.Retention)
@@ -265,7 +270,7 @@ func (r *Reaper) maintain(ctx context.Context, res *PassResult) error {
 type instruments struct {
 	takeovers, completions, failures     metric.Int64Counter
 	partitionsCreated, partitionsDropped metric.Int64Counter
-	stuck                                metric.Int64Gauge
+	stuck, daysAhead                     metric.Int64Gauge
 }
 
 func newInstruments(m metric.Meter) (instruments, error) {
@@ -287,5 +292,16 @@ func newInstruments(m metric.Meter) (instruments, error) {
 		metric.WithDescription("Started keys with no valid lease: abandoned and not yet completed. Alarm if it stays above zero."))
 	errs = append(errs, err)
 	in.stuck = g
+	// Counters appear on /metrics only once written; start them at zero so
+	// that dashboards and alerts see a series from the first scrape.
+	for _, c := range []metric.Int64Counter{in.takeovers, in.completions, in.failures, in.partitionsCreated, in.partitionsDropped} {
+		if c != nil {
+			c.Add(context.Background(), 0)
+		}
+	}
+	g, err = m.Int64Gauge("phasepay.partitions.days_ahead",
+		metric.WithDescription("Days of key partitions that exist from today (UTC) on, today included. Alarm below 2."))
+	errs = append(errs, err)
+	in.daysAhead = g
 	return in, errors.Join(errs...)
 }

@@ -246,6 +246,9 @@ func TestMaintenanceRunsInOneReaper(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Maintained)
 	require.Equal(t, idempotency.PartitionsAhead+1, res.Created)
+	ahead, err := idempotency.DaysAhead(ctx, testdb.Pool(t, b.url, b.t0.Add(20*24*time.Hour)))
+	require.NoError(t, err)
+	require.Equal(t, idempotency.PartitionsAhead, ahead)
 	require.NotEmpty(t, res.Partitions.Dropped, "the real days' partitions are past retention by the moved clock")
 }
 
