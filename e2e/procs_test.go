@@ -50,9 +50,11 @@ type proc struct {
 	t    *testing.T
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer
-	done chan struct{}
-	err  error
+	out  *syncBuffer // stderr, and stdout unless split
+	// stdout is the process's standard output alone (console spans).
+	stdout *syncBuffer
+	done   chan struct{}
+	err    error
 }
 
 type syncBuffer struct {
@@ -79,9 +81,9 @@ func start(t *testing.T, name string, env map[string]string, args ...string) *pr
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	p := &proc{t: t, name: name, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{t: t, name: name, cmd: cmd, out: &syncBuffer{}, stdout: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.out
-	cmd.Stdout = p.out
+	cmd.Stdout = p.stdout
 	require.NoError(t, cmd.Start())
 	go func() {
 		p.err = cmd.Wait()
@@ -92,7 +94,7 @@ func start(t *testing.T, name string, env map[string]string, args ...string) *pr
 		p.signal(syscall.SIGKILL)
 		<-p.done
 		if t.Failed() {
-			t.Logf("--- %s output:\n%s", name, p.out.String())
+			t.Logf("--- %s output:\n%s%s", name, p.out.String(), p.stdout.String())
 		}
 	})
 	return p
