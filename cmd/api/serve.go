@@ -68,7 +68,6 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Logger.Info("created partitions ahead", "count", created)
 	}
 
-	var servers []interface{ Shutdown(context.Context) error }
 	authorizer := m.Authorizer
 	if authorizer == nil {
 		pspURL := m.Config.PSPURL
@@ -77,7 +76,13 @@ func (m *Main) Run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			servers = append(servers, ms)
+			// Deferred, so that it stops on every return, and after the API
+			// has drained: requests in flight still reach it.
+			defer func() {
+				shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
+				defer cancel()
+				_ = ms.Shutdown(shutCtx)
+			}()
 			pspURL = ms.URL
 		}
 		if authorizer, err = platform.PSPClient(pspURL, tel); err != nil {
@@ -109,7 +114,6 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	api := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
-	servers = append(servers, api)
 	m.mu.Lock()
 	m.addr = ln.Addr().String()
 	m.mu.Unlock()
@@ -126,14 +130,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Logger.Info("api shutting down")
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
 	defer cancel()
-	var errs []error
-	// The API first, so that requests in flight still reach the embedded PSP.
-	for i := len(servers) - 1; i >= 0; i-- {
-		if err := servers[i].Shutdown(shutCtx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return api.Shutdown(shutCtx)
 }
 
 func (m *Main) init() {

@@ -24,8 +24,8 @@ func TestMetricsExposeEveryOutcome(t *testing.T) {
 	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
 	require.Equal(t, http.StatusServiceUnavailable, b.post(t, "m-2", visa).status)
 	require.NoError(t, b.psp.SetFaults(psp.Faults{LatencyMS: 500}))
-	slow := b.postAsync(t, "m-2", visa) // takeover of the released key
-	b.waitAuthorizing(t, 2) // m-1's, then m-2's: the takeover is inside its PSP call
+	slow := b.postAsync(t, "m-2", visa)                                  // takeover of the released key
+	b.waitAuthorizing(t, 2)                                              // m-1's, then m-2's: the takeover is inside its PSP call
 	require.Equal(t, http.StatusConflict, b.post(t, "m-2", visa).status) // in_progress
 	require.Equal(t, http.StatusCreated, await(t, slow).status)
 
