@@ -7,7 +7,7 @@ export MOCKPSP_ADDR ?= 127.0.0.1:8090
 
 BINARIES := bin/api bin/reaper bin/mockpsp
 
-.PHONY: all build run test test-short fuzz vet pg clean
+.PHONY: all build run test fuzz vet pg chaos clean
 
 all: build
 
@@ -35,6 +35,11 @@ FUZZTIME ?= 5s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/idempotency
 	$(GO) test -run '^$$' -fuzz '^FuzzFingerprint$$' -fuzztime $(FUZZTIME) ./internal/idempotency
+
+## chaos: the long chaos run (issue 4): 2,000 intents, workers killed and frozen under PSP faults
+CHAOS_SEED ?= 1
+chaos: pg
+	$(GO) run ./cmd/chaos -seed $(CHAOS_SEED) -intents 2000 -json bench/results/chaos.json
 
 vet:
 	$(GO) vet ./...

@@ -46,7 +46,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	switch cmd {
 	case "serve":
-		m := &Main{Config: cfg, Logger: logger}
+		hook, err := chaosCrashHook(getenv, logger)
+		if err != nil {
+			fmt.Fprintf(stderr, "api: %v\n", err)
+			return 2
+		}
+		m := &Main{Config: cfg, Logger: logger, CrashHook: hook}
 		if err := m.Run(ctx); err != nil {
 			logger.Error("api stopped", "error", err.Error())
 			return 1

@@ -346,9 +346,6 @@ func (s *Service) authorize(ctx context.Context, lease *idempotency.Lease, c *Ch
 	return auth, nil
 }
 
-// PSPKey is the PSP idempotency key of a charge's authorization.
-func PSPKey(chargeID string) string { return chargeID + ":authorize" }
-
 // recordAuthorization is the arrow charge_created → psp_authorized: the PSP's
 // answer on the charge row.
 func (s *Service) recordAuthorization(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, c *Charge, auth psp.Authorization) error {

@@ -81,6 +81,14 @@ type Mock struct {
 	attempts map[string]int
 	byKey    map[string]*record
 	ledger   []*record // creation order
+	injected Injected
+}
+
+// Injected counts the faults the mock has injected, for a chaos run's
+// summary.
+type Injected struct {
+	Errors int `json:"errors"` // 503s answered instead of authorizing
+	Drops  int `json:"drops"`  // answers dropped after authorizing
 }
 
 // record is one authorization with the request that created it, which a
@@ -137,6 +145,13 @@ func (m *Mock) Faults() Faults {
 	return m.faults
 }
 
+// Injected returns how many faults were injected so far.
+func (m *Mock) Injected() Injected {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.injected
+}
+
 // Authorizations returns every authorization made, in creation order.
 func (m *Mock) Authorizations() []LedgerEntry {
 	m.mu.Lock()
@@ -185,6 +200,7 @@ func (m *Mock) authorize(key string, req authorizeBody, f Faults) outcome {
 	// A zero rate draws nothing, so seeded tests stay reproducible when
 	// only one fault is on.
 	if f.ErrorRate > 0 && m.rand.Float64() < f.ErrorRate {
+		m.injected.Errors++
 		return outcome{status: http.StatusServiceUnavailable}
 	}
 	rec, ok := m.byKey[key]
@@ -197,6 +213,9 @@ func (m *Mock) authorize(key string, req authorizeBody, f Faults) outcome {
 		m.ledger = append(m.ledger, rec)
 	}
 	drop := f.DropRate > 0 && m.rand.Float64() < f.DropRate
+	if drop {
+		m.injected.Drops++
+	}
 	return outcome{status: http.StatusOK, auth: rec.auth, drop: drop}
 }
 

@@ -26,6 +26,7 @@ func (m *Mock) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/authorizations", m.handleAuthorize)
 	mux.HandleFunc("GET /_admin/authorizations", m.handleListAuthorizations)
 	mux.HandleFunc("PUT /_admin/faults", m.handleSetFaults)
+	mux.HandleFunc("GET /_admin/faults", m.handleGetFaults)
 	return mux
 }
 
@@ -103,6 +104,15 @@ func (m *Mock) handleListAuthorizations(w http.ResponseWriter, _ *http.Request) 
 	writeJSON(w, http.StatusOK, struct {
 		Data []LedgerEntry `json:"data"`
 	}{Data: m.Authorizations()})
+}
+
+// handleGetFaults answers the faults in force and how many were injected
+// (an extension of the contract's admin API, for chaos summaries).
+func (m *Mock) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, struct {
+		Faults
+		Injected Injected `json:"injected"`
+	}{m.Faults(), m.Injected()})
 }
 
 func (m *Mock) handleSetFaults(w http.ResponseWriter, r *http.Request) {

@@ -356,3 +356,30 @@ func TestNewMockValidatesFaults(t *testing.T) {
 	require.NoError(t, err)
 	require.Error(t, m.SetFaults(Faults{ErrorRate: 1.01}))
 }
+
+func TestInjectedFaultsAreCounted(t *testing.T) {
+	t.Parallel()
+	m, err := NewMock(Faults{ErrorRate: 1})
+	require.NoError(t, err)
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	for i := range 3 {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/authorizations",
+			strings.NewReader(`{"amount":1,"currency":"usd","payment_method":"pm_card_visa","reference":"ch_1"}`))
+		req.Header.Set("Idempotency-Key", "k"+string(rune('a'+i)))
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	}
+	resp, err := srv.Client().Get(srv.URL + "/_admin/faults")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var got struct {
+		ErrorRate float64 `json:"error_rate"`
+		Injected  Injected
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
+	require.Equal(t, 1.0, got.ErrorRate)
+	require.Equal(t, Injected{Errors: 3}, got.Injected)
+}

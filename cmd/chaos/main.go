@@ -1,0 +1,115 @@
+// Command chaos runs phasepay's chaos harness (internal/chaos): workers
+// killed and frozen mid-phase under PSP faults, then every intent checked
+// for exactly-once. It prints a summary table, writes it as JSON, and exits
+// 1 on any violation.
+//
+//	chaos [-seed 1] [-intents 2000] [-concurrency 24] [-json bench/results/chaos.json]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/phasepay/phasepay/internal/chaos"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	var cfg chaos.Config
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of every random choice")
+	fs.IntVar(&cfg.Intents, "intents", 2000, "charge intents to drive")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 24, "intents in flight at once")
+	fs.IntVar(&cfg.Workers, "workers", 3, "bin/api processes")
+	fs.IntVar(&cfg.Reapers, "reapers", 2, "bin/reaper processes")
+	fs.DurationVar(&cfg.ChaosInterval, "interval", 300*time.Millisecond, "mean pause between kills and pauses")
+	fs.Float64Var(&cfg.ErrorRate, "psp-error-rate", 0.05, "mock PSP 503 rate")
+	fs.Float64Var(&cfg.DropRate, "psp-drop-rate", 0.05, "mock PSP dropped-response rate")
+	fs.Float64Var(&cfg.CrashProbability, "crash", 0.02, "crash probability at each crash point")
+	fs.BoolVar(&cfg.KeepDatabase, "keep-db", false, "keep the run's database")
+	admin := fs.String("admin-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL to create the run's database on")
+	jsonPath := fs.String("json", "", "write the summary as JSON to this file")
+	binDir := fs.String("bin", "", "directory with api, reaper and mockpsp built with -tags chaos (default: build them)")
+	tags := fs.String("tags", "", "extra build tags (e.g. defect_fresh_psp_key, to see the harness fail)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	cfg.AdminURL = *admin
+	cfg.Progress = os.Stderr
+
+	if *binDir == "" {
+		dir, err := os.MkdirTemp("", "phasepay-chaos-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		root, err := moduleRoot()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			return 1
+		}
+		var extra []string
+		if *tags != "" {
+			extra = strings.Split(*tags, ",")
+		}
+		fmt.Fprintln(os.Stderr, "building api, reaper, mockpsp with -tags chaos", *tags)
+		if err := chaos.Build(ctx, root, dir, extra...); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			return 1
+		}
+		*binDir = dir
+	}
+	cfg.BinDir = *binDir
+
+	sum, err := chaos.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		return 1
+	}
+	fmt.Print(sum.Table())
+	if *jsonPath != "" {
+		b, _ := json.MarshalIndent(sum, "", "  ")
+		if err := os.MkdirAll(filepath.Dir(*jsonPath), 0o755); err == nil {
+			err = os.WriteFile(*jsonPath, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: write summary:", err)
+			return 1
+		}
+	}
+	if len(sum.Violations) > 0 {
+		return 1
+	}
+	return 0
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}

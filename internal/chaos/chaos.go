@@ -1,0 +1,518 @@
+// Package chaos is phasepay's chaos harness: it starts a mock PSP injecting
+// faults, several API workers and reapers on one fresh database, drives many
+// charge intents through the retrying client from concurrent goroutines
+// spread over the workers, and meanwhile SIGKILLs and SIGSTOP/SIGCONTs
+// random workers (and, in binaries built with the chaos tag, crashes them at
+// every phase boundary). At the end it checks, from the database and the
+// PSP's own ledger, that every intent was done exactly once.
+//
+// It is honest (a deliberately broken build makes it report violations:
+// see TestHarnessCatchesFreshPSPKeyDefect), repeatable (every random choice
+// is drawn from Config.Seed; timing is not) and prints a summary table.
+package chaos
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/phasepay/phasepay/client"
+	"github.com/phasepay/phasepay/internal/charges"
+)
+
+// Config configures a run. Zero fields take the defaults noted.
+type Config struct {
+	// Seed draws every random choice: intents, fault rolls, crash points,
+	// which worker to kill or pause and when. Default 1.
+	Seed uint64
+	// Intents is how many charge intents are driven. Default 200.
+	Intents int
+	// Concurrency is how many intents are in flight at once. Default 16.
+	Concurrency int
+	// Workers is how many bin/api processes serve. Default 3. Worker 0
+	// commits every arrow separately (ONE_COMMIT_PER_PHASE), so that
+	// every recovery point is a commit boundary some worker crashes at.
+	Workers int
+	// Reapers is how many bin/reaper processes run. Default 2.
+	Reapers int
+	// ChaosInterval is the mean pause between kills or pauses. Default 400ms.
+	ChaosInterval time.Duration
+	// Lease is LEASE for every process. Default 2s.
+	Lease time.Duration
+	// ErrorRate, DropRate and LatencyMS are the mock PSP's faults.
+	// Defaults 0.05, 0.05, 5.
+	ErrorRate, DropRate float64
+	LatencyMS           int
+	// CrashProbability is the chance a worker crashes at each crash point
+	// it passes (chaos builds only). Default 0.02.
+	CrashProbability float64
+	// BinDir holds api, reaper and mockpsp built by Build.
+	BinDir string
+	// AdminURL is a PostgreSQL connection string on which the run creates
+	// (and afterwards drops) a fresh database.
+	AdminURL string
+	// MaxElapsed bounds each intent's retries. Default 2m.
+	MaxElapsed time.Duration
+	// Progress, if set, receives a progress line every ProgressEvery.
+	Progress      io.Writer
+	ProgressEvery time.Duration
+	// KeepDatabase leaves the run's database for inspection.
+	KeepDatabase bool
+}
+
+func (c *Config) defaults() {
+	c.Seed = cmp.Or(c.Seed, 1)
+	c.Intents = cmp.Or(c.Intents, 200)
+	c.Concurrency = cmp.Or(c.Concurrency, 16)
+	c.Workers = cmp.Or(c.Workers, 3)
+	c.Reapers = cmp.Or(c.Reapers, 2)
+	c.ChaosInterval = cmp.Or(c.ChaosInterval, 400*time.Millisecond)
+	c.Lease = cmp.Or(c.Lease, 2*time.Second)
+	c.ErrorRate = cmp.Or(c.ErrorRate, 0.05)
+	c.DropRate = cmp.Or(c.DropRate, 0.05)
+	c.LatencyMS = cmp.Or(c.LatencyMS, 5)
+	c.CrashProbability = cmp.Or(c.CrashProbability, 0.02)
+	c.MaxElapsed = cmp.Or(c.MaxElapsed, 2*time.Minute)
+	c.ProgressEvery = cmp.Or(c.ProgressEvery, 5*time.Second)
+}
+
+// Summary is what a run did and found.
+type Summary struct {
+	Seed           uint64         `json:"seed"`
+	Intents        int            `json:"intents"`
+	Authorized     int            `json:"authorized"`
+	Declined       int            `json:"declined"`
+	Unfinished     int            `json:"unfinished"`
+	Attempts       int64          `json:"client_attempts"`
+	Kills          int            `json:"kills"`
+	Pauses         int            `json:"pauses"`
+	Restarts       int            `json:"restarts"`
+	CrashPoints    map[string]int `json:"crash_points"`
+	Takeovers      int64          `json:"takeovers"`
+	PSPErrors      int            `json:"psp_errors_injected"`
+	PSPDrops       int            `json:"psp_drops_injected"`
+	Authorizations int            `json:"psp_authorizations"`
+	Replays        int            `json:"replays_checked"`
+	Duration       string         `json:"duration"`
+	Violations     []string       `json:"violations"`
+}
+
+// intent is one user intent and the first final answer it got.
+type intent struct {
+	in     client.Intent
+	status int    // final status (201 or 402), 0 if none
+	body   []byte // the final answer's body
+	err    error  // why there is no final answer
+}
+
+// Run runs the harness and returns its summary. Violations are in the
+// summary; an error means the run itself could not be carried out.
+func Run(ctx context.Context, cfg Config) (*Summary, error) {
+	cfg.defaults()
+	start := time.Now()
+	rnd := rand.New(rand.NewPCG(cfg.Seed, 0x70706179))
+	sum := &Summary{Seed: cfg.Seed, Intents: cfg.Intents, CrashPoints: map[string]int{}}
+
+	dbURL, dropDB, err := createDatabase(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.KeepDatabase {
+		defer dropDB()
+	}
+	bin := func(name string) string { return filepath.Join(cfg.BinDir, name) }
+	if _, err := runOnce(ctx, bin("api"), map[string]string{"DATABASE_URL": dbURL}, "migrate"); err != nil {
+		return nil, err
+	}
+	apiKey, err := runOnce(ctx, bin("api"), map[string]string{"DATABASE_URL": dbURL}, "keys", "create", "--tenant", "chaos")
+	if err != nil {
+		return nil, err
+	}
+
+	// The mock PSP, with faults.
+	pspAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	mock := newProcess("mockpsp", bin("mockpsp"), map[string]string{
+		"MOCKPSP_ADDR":       pspAddr,
+		"MOCKPSP_ERROR_RATE": fmt.Sprint(cfg.ErrorRate),
+		"MOCKPSP_DROP_RATE":  fmt.Sprint(cfg.DropRate),
+		"MOCKPSP_LATENCY":    fmt.Sprint(cfg.LatencyMS),
+	})
+	if err := mock.start(); err != nil {
+		return nil, err
+	}
+	defer mock.stop(5 * time.Second)
+	pspURL := "http://" + pspAddr
+	if err := waitUp(ctx, pspURL+"/_admin/authorizations"); err != nil {
+		return nil, fmt.Errorf("mock psp: %w\n%s", err, mock.logText())
+	}
+
+	// The workers, each restarted whenever it dies, and the reapers.
+	common := map[string]string{"DATABASE_URL": dbURL, "PSP_URL": pspURL, "LEASE": cfg.Lease.String()}
+	crash := fmt.Sprintf("after_claim=%[1]v,after_charge_created=%[1]v,after_psp_call=%[1]v,after_psp_authorized=%[1]v", cfg.CrashProbability)
+	workers := make([]*process, cfg.Workers)
+	bases := make([]string, cfg.Workers)
+	for i := range workers {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		env := map[string]string{
+			"API_ADDR":             addr,
+			"PHASEPAY_CHAOS_CRASH": crash,
+			"PHASEPAY_CHAOS_SEED":  fmt.Sprint(cfg.Seed*100 + uint64(i)),
+			"ONE_COMMIT_PER_PHASE": fmt.Sprint(i == 0),
+		}
+		for k, v := range common {
+			env[k] = v
+		}
+		workers[i] = newProcess(fmt.Sprintf("api-%d", i), bin("api"), env, "serve")
+		if err := workers[i].start(); err != nil {
+			return nil, err
+		}
+		bases[i] = "http://" + addr
+		go workers[i].supervise(150 * time.Millisecond)
+	}
+	defer func() {
+		for _, w := range workers {
+			w.stop(10 * time.Second)
+		}
+	}()
+	for _, b := range bases {
+		if err := waitUp(ctx, b+"/healthz"); err != nil {
+			return nil, fmt.Errorf("worker %s: %w", b, err)
+		}
+	}
+	reapers := make([]*process, cfg.Reapers)
+	for i := range reapers {
+		env := map[string]string{"REAPER_INTERVAL": "200ms"}
+		for k, v := range common {
+			env[k] = v
+		}
+		reapers[i] = newProcess(fmt.Sprintf("reaper-%d", i), bin("reaper"), env)
+		if err := reapers[i].start(); err != nil {
+			return nil, err
+		}
+		go reapers[i].supervise(200 * time.Millisecond)
+	}
+	defer func() {
+		for _, r := range reapers {
+			r.stop(10 * time.Second)
+		}
+	}()
+
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+
+	// lock_version must only grow: sample it while the chaos runs.
+	var (
+		monoMu     sync.Mutex
+		monoFaults []string
+	)
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		seen := map[string]int64{}
+		for sampleCtx.Err() == nil {
+			for k, v := range sampleLockVersions(sampleCtx, pool) {
+				if prev, ok := seen[k]; ok && v < prev {
+					monoMu.Lock()
+					monoFaults = append(monoFaults, fmt.Sprintf("key %s: lock_version went from %d to %d", k, prev, v))
+					monoMu.Unlock()
+				}
+				seen[k] = max(seen[k], v)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+
+	// The intents, each with its key made once, before its first attempt.
+	intents := make([]*intent, cfg.Intents)
+	for i := range intents {
+		pm := "pm_card_visa"
+		if rnd.IntN(10) == 0 {
+			pm = "pm_card_chargeDeclined"
+		}
+		intents[i] = &intent{in: client.Intent{
+			Key:    fmt.Sprintf("chaos-%d-%05d", cfg.Seed, i),
+			Params: client.ChargeParams{Amount: 100 + rnd.Int64N(100000), Currency: "usd", PaymentMethod: pm},
+		}}
+	}
+	var attempts atomic.Int64
+	transport := &rotatingTransport{bases: bases, next: &atomic.Uint64{}, rt: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer transport.rt.CloseIdleConnections()
+	cl, err := client.New(client.Config{
+		BaseURL:        bases[0],
+		APIKey:         apiKey,
+		HTTPClient:     &http.Client{Transport: transport, Timeout: 5 * time.Second},
+		Journal:        client.NewMemoryJournal(),
+		MaxElapsed:     cfg.MaxElapsed,
+		InitialBackoff: 50 * time.Millisecond,
+		MaxBackoff:     time.Second,
+		Rand:           rand.NewPCG(cfg.Seed, 1),
+		OnAttempt:      func(client.Intent, int, int, error) { attempts.Add(1) },
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	var finished atomic.Int64
+	clientsDone := make(chan struct{})
+	go func() {
+		defer close(clientsDone)
+		work := make(chan *intent)
+		var wg sync.WaitGroup
+		for range cfg.Concurrency {
+			wg.Go(func() {
+				for it := range work {
+					drive(ctx, cl, it)
+					finished.Add(1)
+				}
+			})
+		}
+		for _, it := range intents {
+			work <- it
+		}
+		close(work)
+		wg.Wait()
+	}()
+
+	// The chaos controller.
+	chaosDone := make(chan struct{})
+	go func() {
+		defer close(chaosDone)
+		var pauses sync.WaitGroup
+		defer pauses.Wait()
+		progress := time.NewTicker(cfg.ProgressEvery)
+		defer progress.Stop()
+		for {
+			wait := time.Duration(float64(cfg.ChaosInterval) * (0.5 + rnd.Float64()))
+			select {
+			case <-clientsDone:
+				return
+			case <-progress.C:
+				if cfg.Progress != nil {
+					fmt.Fprintf(cfg.Progress, "progress: %d/%d intents final, %d kills, %d pauses, %s\n",
+						finished.Load(), cfg.Intents, sum.Kills, sum.Pauses, time.Since(start).Truncate(time.Second))
+				}
+				continue
+			case <-time.After(wait):
+			}
+			w := workers[rnd.IntN(len(workers))]
+			if rnd.IntN(10) < 6 {
+				w.signal(syscall.SIGKILL)
+				sum.Kills++
+				continue
+			}
+			w.mu.Lock()
+			paused := w.paused
+			w.mu.Unlock()
+			if paused {
+				continue
+			}
+			w.signal(syscall.SIGSTOP)
+			sum.Pauses++
+			// Frozen past its lease, so another worker or a reaper takes
+			// its keys over and the thawed worker meets the fence.
+			thaw := cfg.Lease + 500*time.Millisecond
+			pauses.Go(func() {
+				time.Sleep(thaw)
+				w.signal(syscall.SIGCONT)
+			})
+		}
+	}()
+
+	<-clientsDone
+	<-chaosDone
+	// Let the reapers finish what the last kills abandoned.
+	settle := time.Now().Add(3*cfg.Lease + 10*time.Second)
+	for time.Now().Before(settle) {
+		var started int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE state = 'started'`).Scan(&started); err == nil && started == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	stopSampling()
+	<-sampled
+
+	sum.Attempts = attempts.Load()
+	for _, w := range workers {
+		w.mu.Lock()
+		sum.Restarts += w.restarts
+		w.mu.Unlock()
+		countCrashPoints(w.logText(), sum.CrashPoints)
+	}
+	sum.Violations = append(sum.Violations, monoFaults...)
+	if err := verify(ctx, pool, pspURL, transport, apiKey, intents, sum); err != nil {
+		return nil, err
+	}
+	sum.Duration = time.Since(start).Truncate(time.Millisecond).String()
+	return sum, nil
+}
+
+// drive runs one intent to its first final answer.
+func drive(ctx context.Context, cl *client.Client, it *intent) {
+	ch, err := cl.Execute(ctx, it.in)
+	var apiErr *client.Error
+	switch {
+	case err == nil:
+		it.status, it.body = http.StatusCreated, ch.RawBody
+	case errors.Is(err, client.ErrDeclined) && errors.As(err, &apiErr):
+		it.status, it.body = apiErr.Status, apiErr.RawBody
+	default:
+		it.err = err
+	}
+}
+
+// rotatingTransport sends each attempt to the next worker, so that a retry
+// after a dead or frozen worker lands elsewhere and takes the key over.
+type rotatingTransport struct {
+	bases []string
+	next  *atomic.Uint64
+	rt    *http.Transport
+}
+
+func (t *rotatingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	base := t.bases[t.next.Add(1)%uint64(len(t.bases))]
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, err
+	}
+	r = r.Clone(r.Context())
+	r.URL.Host = u.Host
+	r.Host = u.Host
+	return t.rt.RoundTrip(r)
+}
+
+func countCrashPoints(logs string, into map[string]int) {
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, `"msg":"chaos crash"`) {
+			continue
+		}
+		var rec struct{ Point string }
+		if json.Unmarshal([]byte(line), &rec) == nil {
+			into[rec.Point]++
+		}
+	}
+}
+
+func sampleLockVersions(ctx context.Context, pool *pgxpool.Pool) map[string]int64 {
+	rows, err := pool.Query(ctx, `SELECT key, lock_version FROM idempotency_keys`)
+	if err != nil {
+		return nil
+	}
+	out := map[string]int64{}
+	for rows.Next() {
+		var (
+			k string
+			v int64
+		)
+		if rows.Scan(&k, &v) == nil {
+			out[k] = v
+		}
+	}
+	rows.Close()
+	return out
+}
+
+func waitUp(ctx context.Context, u string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func createDatabase(ctx context.Context, cfg Config) (string, func(), error) {
+	admin, err := pgx.Connect(ctx, cfg.AdminURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("admin database: %w", err)
+	}
+	defer admin.Close(ctx)
+	name := fmt.Sprintf("phasepay_chaos_%d_%d", cfg.Seed, time.Now().UnixNano()%1_000_000_000)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", nil, fmt.Errorf("create database: %w", err)
+	}
+	u, err := url.Parse(cfg.AdminURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("admin URL: %w", err)
+	}
+	u.Path = "/" + name
+	drop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, cfg.AdminURL); err == nil {
+			_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			c.Close(ctx)
+		}
+	}
+	return u.String(), drop, nil
+}
+
+// Table renders the summary as a table.
+func (s *Summary) Table() string {
+	var b bytes.Buffer
+	row := func(k string, v any) { fmt.Fprintf(&b, "| %-32s | %12v |\n", k, v) }
+	fmt.Fprintf(&b, "| %-32s | %12s |\n|%s|%s|\n", "chaos run", "value", strings.Repeat("-", 34), strings.Repeat("-", 14))
+	row("seed", s.Seed)
+	row("intents", s.Intents)
+	row("  final: authorized", s.Authorized)
+	row("  final: declined", s.Declined)
+	row("  without a final answer", s.Unfinished)
+	row("client attempts", s.Attempts)
+	row("workers killed (SIGKILL)", s.Kills)
+	row("workers paused (SIGSTOP)", s.Pauses)
+	row("worker restarts", s.Restarts)
+	points := make([]string, 0, len(s.CrashPoints))
+	for p := range s.CrashPoints {
+		points = append(points, p)
+	}
+	sort.Strings(points)
+	for _, p := range []string{string(charges.CrashAfterClaim), string(charges.CrashAfterChargeCreated), string(charges.CrashAfterPSPCall), string(charges.CrashAfterPSPAuthorized)} {
+		row("crash point "+p, s.CrashPoints[p])
+	}
+	row("takeovers (lock_version bumps)", s.Takeovers)
+	row("PSP 503s injected", s.PSPErrors)
+	row("PSP responses dropped", s.PSPDrops)
+	row("PSP authorizations", s.Authorizations)
+	row("replays checked byte for byte", s.Replays)
+	row("duration", s.Duration)
+	row("violations", len(s.Violations))
+	for _, v := range s.Violations {
+		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
+	}
+	return b.String()
+}

@@ -1,0 +1,107 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/internal/chaos"
+	"github.com/phasepay/phasepay/internal/testdb"
+)
+
+// binaries builds, once per test binary, the chaos build and the defective
+// one; concurrently, since each is three go builds.
+var binaries = sync.OnceValues(func() (map[string]string, error) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		return nil, err
+	}
+	base, err := os.MkdirTemp("", "phasepay-chaos-test-")
+	if err != nil {
+		return nil, err
+	}
+	dirs := map[string]string{"chaos": filepath.Join(base, "chaos"), "defect": filepath.Join(base, "defect")}
+	var (
+		wg   sync.WaitGroup
+		errs = make(chan error, 2)
+	)
+	for name, dir := range dirs {
+		var tags []string
+		if name == "defect" {
+			tags = []string{"defect_fresh_psp_key"}
+		}
+		wg.Go(func() { errs <- chaos.Build(context.Background(), root, dir, tags...) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return dirs, nil
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if dirs, err := binaries(); err == nil {
+		os.RemoveAll(filepath.Dir(dirs["chaos"]))
+	}
+	os.Exit(code)
+}
+
+// A short seeded run of the harness: workers killed and frozen at random
+// and crashed at phase boundaries, under PSP faults; every intent must be
+// done exactly once.
+func TestChaosShortRun(t *testing.T) {
+	t.Parallel()
+	dirs, err := binaries()
+	require.NoError(t, err)
+	sum, err := chaos.Run(context.Background(), chaos.Config{
+		Seed:             7,
+		Intents:          150,
+		Concurrency:      12,
+		CrashProbability: 0.03,
+		BinDir:           dirs["chaos"],
+		AdminURL:         testdb.Admin(t),
+	})
+	require.NoError(t, err)
+	t.Logf("\n%s", sum.Table())
+	require.Empty(t, sum.Violations)
+	require.Equal(t, 150, sum.Authorized+sum.Declined)
+	require.Positive(t, sum.Kills+sum.Pauses)
+	require.Positive(t, sum.Takeovers)
+	require.Equal(t, 150, sum.Replays)
+}
+
+// Proof that the harness can fail: a build whose PSP key is fresh on every
+// call (the key is not propagated downstream) double-authorizes charges
+// whose worker crashed after the PSP answered, and the harness says so.
+func TestHarnessCatchesFreshPSPKeyDefect(t *testing.T) {
+	t.Parallel()
+	dirs, err := binaries()
+	require.NoError(t, err)
+	sum, err := chaos.Run(context.Background(), chaos.Config{
+		Seed:             11,
+		Intents:          80,
+		Concurrency:      8,
+		CrashProbability: 0.1,
+		BinDir:           dirs["defect"],
+		AdminURL:         testdb.Admin(t),
+	})
+	require.NoError(t, err)
+	t.Logf("\n%s", sum.Table())
+	require.NotEmpty(t, sum.Violations)
+	found := false
+	for _, v := range sum.Violations {
+		if strings.Contains(v, "authorized 2 times by the PSP") {
+			found = true
+		}
+	}
+	require.True(t, found, "violations: %v", sum.Violations)
+}
