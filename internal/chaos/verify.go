@@ -15,7 +15,9 @@ import (
 // and fresh replays, and fills the summary's counts and violations.
 func verify(ctx context.Context, pool *pgxpool.Pool, pspURL string, transport http.RoundTripper,
 	apiKey string, intents []*intent, sum *Summary) error {
-	violate := func(format string, args ...any) { sum.Violations = append(sum.Violations, fmt.Sprintf(format, args...)) }
+	violate := func(format string, args ...any) {
+		sum.Violations = append(sum.Violations, fmt.Sprintf(format, args...))
+	}
 
 	// Every intent reached a final answer.
 	for _, it := range intents {

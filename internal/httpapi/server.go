@@ -112,8 +112,9 @@ func writeText(w http.ResponseWriter, status int, body string) {
 // authenticate resolves the bearer key to a tenant.
 func (s *server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok {
+		// The scheme is case-insensitive (RFC 9110, 11.1).
+		scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
 			s.writeError(w, r, tenants.ErrUnauthorized)
 			return
 		}
