@@ -142,13 +142,29 @@ func (s *Service) Create(ctx context.Context, tenantID int64, key string, req id
 	// Transaction 1: the claim, committed before any foreign call so that a
 	// duplicate gets 409 at once and the reaper can see the key. Folded into
 	// it: start → charge_created.
+	// The fast path of a retry: a finished key, or one claimed for another
+	// request, never changes again, so a plain read answers it, with no
+	// transaction and no lock. Anything else goes through the claim.
+	if rec, err := s.keys.Lookup(ctx, s.pool, tenantID, key); err == nil {
+		if d := idempotency.Decide(rec, req.Fingerprint); d == idempotency.Replay || d == idempotency.Mismatch {
+			return s.existing(ctx, rec, req.Fingerprint)
+		}
+	} else if !errors.Is(err, idempotency.ErrNotFound) {
+		return Result{}, fmt.Errorf("create charge: %w", err)
+	}
+
 	claim := idempotency.ClaimParams{TenantID: tenantID, Key: key, Request: req, TraceContext: traceContext(ctx)}
+	if !s.cfg.OneCommitPerPhase {
+		claim.Point = PointChargeCreated
+	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		if rec, created, err = s.keys.Claim(ctx, tx, claim); err != nil || !created || s.cfg.OneCommitPerPhase {
 			return err
 		}
-		charge, err = s.createCharge(ctx, tx, s.keys.LeaseOf(rec), params)
+		// start → charge_created, committed with the claim, which already
+		// recorded the point.
+		charge, err = s.createCharge(ctx, tx, s.keys.LeaseOf(rec), params, false)
 		return err
 	})
 	if err != nil {
@@ -242,7 +258,7 @@ func (s *Service) drive(ctx context.Context, lease *idempotency.Lease, point ide
 				return resp, fmt.Errorf("resume %q: stored request: %w", lease.Record.Key, err)
 			}
 			err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-				charge, err = s.createCharge(ctx, tx, lease, params)
+				charge, err = s.createCharge(ctx, tx, lease, params, true)
 				return err
 			})
 			point = PointChargeCreated
@@ -266,7 +282,10 @@ func (s *Service) drive(ctx context.Context, lease *idempotency.Lease, point ide
 				return resp, err
 			}
 			err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-				if err := s.recordAuthorization(ctx, tx, lease, charge, auth); err != nil || s.cfg.OneCommitPerPhase {
+				// Folded, psp_authorized is never committed on its own: it
+				// needs no fence of its own either, since finish, in the same
+				// transaction, is fenced and nothing commits unless it matches.
+				if err := s.recordAuthorization(ctx, tx, lease, charge, auth, s.cfg.OneCommitPerPhase); err != nil || s.cfg.OneCommitPerPhase {
 					return err
 				}
 				resp, err = s.finish(ctx, tx, lease, charge)
@@ -312,10 +331,14 @@ func (s *Service) drive(ctx context.Context, lease *idempotency.Lease, point ide
 }
 
 // createCharge is the arrow start → charge_created: a pending charge row.
-func (s *Service) createCharge(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, params CreateParams) (c *Charge, err error) {
+// advance records the point, fenced; the claim's transaction passes false,
+// its new key row having recorded the point already.
+func (s *Service) createCharge(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, params CreateParams, advance bool) (c *Charge, err error) {
 	err = s.arrow(ctx, lease, PointChargeCreated, func(ctx context.Context) error {
-		if err := lease.Advance(ctx, tx, PointChargeCreated); err != nil {
-			return err
+		if advance {
+			if err := lease.Advance(ctx, tx, PointChargeCreated); err != nil {
+				return err
+			}
 		}
 		c, err = insertCharge(ctx, tx, lease.Record.ID(), params)
 		return err
@@ -347,11 +370,14 @@ func (s *Service) authorize(ctx context.Context, lease *idempotency.Lease, c *Ch
 }
 
 // recordAuthorization is the arrow charge_created → psp_authorized: the PSP's
-// answer on the charge row.
-func (s *Service) recordAuthorization(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, c *Charge, auth psp.Authorization) error {
+// answer on the charge row. advance records the point, fenced, for when
+// this arrow commits on its own.
+func (s *Service) recordAuthorization(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, c *Charge, auth psp.Authorization, advance bool) error {
 	return s.arrow(ctx, lease, PointPSPAuthorized, func(ctx context.Context) error {
-		if err := lease.Advance(ctx, tx, PointPSPAuthorized); err != nil {
-			return err
+		if advance {
+			if err := lease.Advance(ctx, tx, PointPSPAuthorized); err != nil {
+				return err
+			}
 		}
 		c.PSPReference = &auth.ID
 		c.DeclineCode = auth.DeclineCode

@@ -38,6 +38,10 @@ type Config struct {
 	// the run finishes and stores its response for the client's retry.
 	// Default 30s.
 	RunTimeout time.Duration
+	// AuthCacheTTL is how long a known API key is trusted without asking
+	// the database again; a deleted key keeps working that long. Default
+	// 30s; negative disables the cache.
+	AuthCacheTTL time.Duration
 }
 
 // NewHandler returns the service's http.Handler.
@@ -48,7 +52,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{cfg: cfg, log: cfg.Logger}
+	if cfg.AuthCacheTTL == 0 {
+		cfg.AuthCacheTTL = 30 * time.Second
+	}
+	s := &server{cfg: cfg, log: cfg.Logger, auth: tenants.NewAuthenticator(cfg.Pool, cfg.AuthCacheTTL)}
 
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics, nameSpan)
@@ -89,8 +96,9 @@ func nameSpan(next http.Handler) http.Handler {
 }
 
 type server struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	log  *slog.Logger
+	auth *tenants.Authenticator
 }
 
 func (s *server) ready(w http.ResponseWriter, r *http.Request) {
@@ -118,7 +126,7 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			s.writeError(w, r, tenants.ErrUnauthorized)
 			return
 		}
-		t, err := tenants.Authenticate(r.Context(), s.cfg.Pool, strings.TrimSpace(secret))
+		t, err := s.auth.Authenticate(r.Context(), strings.TrimSpace(secret))
 		if err != nil {
 			s.writeError(w, r, err)
 			return

@@ -89,8 +89,9 @@ WITH existing AS (
      LIMIT 1
 ), inserted AS (
     INSERT INTO idempotency_keys
-           (tenant_id, key, fingerprint, request_method, request_path, request_body, locked_until, trace_context)
-    SELECT $1, $2, $3, $4, $5, $6, phasepay_now() + $7 * interval '1 microsecond', nullif($8, '')
+           (tenant_id, key, fingerprint, request_method, request_path, request_body, locked_until, trace_context,
+            recovery_point)
+    SELECT $1, $2, $3, $4, $5, $6, phasepay_now() + $7 * interval '1 microsecond', nullif($8, ''), $9
      WHERE NOT EXISTS (SELECT 1 FROM existing)
     RETURNING ` + recordColumns + `
 )
@@ -111,6 +112,12 @@ type ClaimParams struct {
 	// TraceContext is stored opaque (a W3C traceparent), so that whoever
 	// takes the key over can link to the trace that started it.
 	TraceContext string
+	// Point is the recovery point a new key starts at: PointStart (the
+	// default), or the point of a first phase whose effects the caller
+	// writes in the claim's own transaction. The new row is this
+	// transaction's until it commits, so that phase needs no fence of its
+	// own: the claim's commit is its commit.
+	Point RecoveryPoint
 }
 
 // Claim claims the key of a request inside tx, which the caller commits
@@ -129,7 +136,7 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p ClaimParams) (rec Record
 	if isolation != "read committed" {
 		return Record{}, false, fmt.Errorf("claim %q: needs a READ COMMITTED transaction, got %s", key, isolation)
 	}
-	row := tx.QueryRow(ctx, claimSQL, tenantID, key, req.Fingerprint[:], req.Method, req.Path, req.Body, s.cfg.Lease.Microseconds(), p.TraceContext)
+	row := tx.QueryRow(ctx, claimSQL, tenantID, key, req.Fingerprint[:], req.Method, req.Path, req.Body, s.cfg.Lease.Microseconds(), p.TraceContext, string(cmp.Or(p.Point, PointStart)))
 	rec, err = scanRecord(row, &created)
 	if err != nil {
 		return Record{}, false, fmt.Errorf("claim %q: %w", key, err)

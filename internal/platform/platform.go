@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,11 +17,20 @@ import (
 	"github.com/phasepay/phasepay/internal/telemetry"
 )
 
+// PoolMaxConnsDefault is the pool size when DATABASE_URL sets none.
+const PoolMaxConnsDefault = 32
+
 // OpenPool opens a pool on url whose queries are traced.
 func OpenPool(ctx context.Context, url string, tel *telemetry.Telemetry) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	// pgxpool's default (4 connections on 2 cores) caps the transactions in
+	// flight, and with them group commit; unless DATABASE_URL says
+	// otherwise (pool_max_conns), allow as many as a busy API has requests.
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = PoolMaxConnsDefault
 	}
 	cfg.ConnConfig.Tracer = otelpgx.NewTracer(
 		otelpgx.WithTracerProvider(tel.Tracer),
