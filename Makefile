@@ -7,7 +7,7 @@ export MOCKPSP_ADDR ?= 127.0.0.1:8090
 
 BINARIES := bin/api bin/reaper bin/mockpsp
 
-.PHONY: all build run test fuzz vet pg chaos clean
+.PHONY: all build run test fuzz vet pg chaos bench clean
 
 all: build
 
@@ -40,6 +40,10 @@ fuzz:
 CHAOS_SEED ?= 1
 chaos: pg
 	$(GO) run ./cmd/chaos -seed $(CHAOS_SEED) -intents 2000 -json bench/results/chaos.json
+
+## bench: phasepay against pgbench baselines on this machine (issue 6); prints a table, writes bench/results/
+bench: build pg
+	$(GO) run ./cmd/bench
 
 vet:
 	$(GO) vet ./...
