@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,8 +26,12 @@ func main() {
 	flag.DurationVar(&cfg.Duration, "duration", 10*time.Second, "duration of each load")
 	out := flag.String("out", "bench/results", "directory for the JSON results")
 	quick := flag.Bool("quick", false, "small sizes, for a smoke run")
+	steps := flag.String("steps", "", "comma-separated step name prefixes to run (default all)")
 	flag.Parse()
 	cfg.AdminURL = *admin
+	if *steps != "" {
+		cfg.Steps = strings.Split(*steps, ",")
+	}
 	cfg.Log = os.Stderr
 	wd, _ := os.Getwd()
 	cfg.ModuleDir = wd

@@ -50,6 +50,9 @@ type Config struct {
 	RetentionRows int
 	// Log receives progress lines.
 	Log io.Writer
+	// Steps, if set, runs only the steps whose names start with one of
+	// these (e.g. "new" for the loads alone, while profiling).
+	Steps []string
 }
 
 // Results is everything one run measured.
@@ -175,6 +178,9 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		{"Go micro-benchmarks", e.micro},
 	}
 	for _, s := range steps {
+		if !selected(cfg.Steps, s.name) {
+			continue
+		}
 		e.log("%s…", s.name)
 		if err := s.run(ctx, res); err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
@@ -524,4 +530,16 @@ func (r *Results) WriteJSON(dir string) (string, error) {
 		}
 	}
 	return name, nil
+}
+
+func selected(filter []string, name string) bool {
+	if len(filter) == 0 {
+		return true
+	}
+	for _, f := range filter {
+		if strings.HasPrefix(name, f) {
+			return true
+		}
+	}
+	return false
 }

@@ -49,7 +49,11 @@ func OpenPool(ctx context.Context, url string, tel *telemetry.Telemetry) (*pgxpo
 // PSPClient returns a PSP client whose calls are traced and carry the W3C
 // trace context to the PSP, so one trace spans both processes.
 func PSPClient(baseURL string, tel *telemetry.Telemetry) (*psp.Client, error) {
-	transport := otelhttp.NewTransport(http.DefaultTransport.(*http.Transport).Clone(),
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	// The default keeps 2 idle connections per host: under load every
+	// other PSP call would open (and leave in TIME_WAIT) a new connection.
+	base.MaxIdleConnsPerHost = 64
+	transport := otelhttp.NewTransport(base,
 		otelhttp.WithTracerProvider(tel.Tracer),
 		otelhttp.WithMeterProvider(tel.Meter),
 		otelhttp.WithPropagators(tel.Propagator),
