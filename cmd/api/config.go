@@ -22,6 +22,9 @@ type Config struct {
 	MockPSPAddr string
 	// Lease is how long a worker holds a key without progress (LEASE).
 	Lease time.Duration
+	// PprofAddr, if set (PPROF_ADDR), serves net/http/pprof there: for
+	// profiling under `make bench`, never on a public address.
+	PprofAddr string
 	// OneCommitPerPhase commits every recovery point separately
 	// (ONE_COMMIT_PER_PHASE=true), for comparison; the default folds the
 	// arrows that have no foreign call between them.
@@ -46,6 +49,7 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	c.Addr = envconfig.String(getenv, "API_ADDR", AddrDefault)
 	c.PSPURL = getenv("PSP_URL")
 	c.MockPSPAddr = envconfig.String(getenv, "MOCKPSP_ADDR", MockPSPAddrDefault)
+	c.PprofAddr = getenv("PPROF_ADDR")
 	if c.Lease, err = envconfig.Duration(getenv, "LEASE", LeaseDefault); err != nil {
 		return Config{}, err
 	}

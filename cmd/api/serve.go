@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	_ "net/http/pprof" // served on PPROF_ADDR only
 	"sync"
 	"time"
 
@@ -107,6 +108,14 @@ func (m *Main) Run(ctx context.Context) error {
 	handler, err := httpapi.NewHandler(httpapi.Config{Pool: pool, Charges: svc, Telemetry: tel, Logger: m.Logger})
 	if err != nil {
 		return err
+	}
+
+	if m.Config.PprofAddr != "" {
+		// http.DefaultServeMux carries net/http/pprof's handlers (imported
+		// for that alone); the API itself never serves it.
+		pprofSrv := &http.Server{Addr: m.Config.PprofAddr, ReadHeaderTimeout: 10 * time.Second}
+		go pprofSrv.ListenAndServe() //nolint:errcheck // a debugging aid
+		defer pprofSrv.Close()
 	}
 
 	ln, err := net.Listen("tcp", m.Config.Addr)
