@@ -45,6 +45,11 @@ chaos: pg
 bench: build pg
 	$(GO) run ./cmd/bench
 
+## compose-up: the whole stack in containers (postgres, migrate, 2 api behind nginx on :8080, 2 reapers, mockpsp, otel-collector, prometheus :9090, grafana :3000); see deploy/README.md
+.PHONY: compose-up
+compose-up:
+	docker compose -f deploy/docker-compose.yml up --build
+
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
