@@ -11,29 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/charges/chargestest"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp"
 )
-
-func crashAt(point charges.CrashPoint) func(context.Context, charges.CrashPoint) error {
-	return func(_ context.Context, at charges.CrashPoint) error {
-		if at == point {
-			return errCrash
-		}
-		return nil
-	}
-}
-
-// authorizationsFor returns the PSP's ledger entries for a charge.
-func (b *testBundle) authorizationsFor(chargeID string) []psp.LedgerEntry {
-	var out []psp.LedgerEntry
-	for _, a := range b.mock.Authorizations() {
-		if a.Reference == chargeID {
-			out = append(out, a)
-		}
-	}
-	return out
-}
 
 func chargeID(t *testing.T, resp idempotency.Response) string {
 	t.Helper()
@@ -74,20 +55,20 @@ func TestResumeAfterCrashAtEveryPoint(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setup(t)
-			req, params := request(t, visa)
+			req, params := chargestest.Request(t, visa)
 
-			dying := b.service(t, 0, charges.Config{OneCommitPerPhase: tt.oneCommit, CrashHook: crashAt(tt.at)})
-			_, err := dying.Create(ctx, b.tenant, "crash", req, params)
-			require.ErrorIs(t, err, errCrash)
+			dying := b.Service(t, 0, charges.Config{OneCommitPerPhase: tt.oneCommit, CrashHook: chargestest.CrashAt(tt.at)})
+			_, err := dying.Create(ctx, b.Tenant, "crash", req, params)
+			require.ErrorIs(t, err, chargestest.ErrCrash)
 
 			// Before the lease runs out, a retry is told to wait.
-			_, err = b.service(t, time.Second, charges.Config{OneCommitPerPhase: tt.oneCommit}).Create(ctx, b.tenant, "crash", req, params)
+			_, err = b.Service(t, time.Second, charges.Config{OneCommitPerPhase: tt.oneCommit}).Create(ctx, b.Tenant, "crash", req, params)
 			if !tt.wantReplay {
 				require.ErrorIs(t, err, idempotency.ErrInProgress)
 			}
 
-			later := b.service(t, b.keys.Lease()+time.Second, charges.Config{OneCommitPerPhase: tt.oneCommit})
-			res, err := later.Create(ctx, b.tenant, "crash", req, params)
+			later := b.Service(t, b.Keys.Lease()+time.Second, charges.Config{OneCommitPerPhase: tt.oneCommit})
+			res, err := later.Create(ctx, b.Tenant, "crash", req, params)
 			require.NoError(t, err)
 			require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 			if tt.wantReplay {
@@ -97,12 +78,12 @@ func TestResumeAfterCrashAtEveryPoint(t *testing.T) {
 			}
 
 			id := chargeID(t, res.Response)
-			require.Equal(t, 1, b.chargeCount(t, "crash"))
-			require.Len(t, b.authorizationsFor(id), 1)
-			state, _, _ := b.keyState(t, "crash")
+			require.Equal(t, 1, len(b.ChargeIDs(t, "crash")))
+			require.Len(t, b.AuthorizationsFor(id), 1)
+			state, _, _ := b.KeyState(t, "crash")
 			require.Equal(t, "done", state)
 
-			again, err := later.Create(ctx, b.tenant, "crash", req, params)
+			again, err := later.Create(ctx, b.Tenant, "crash", req, params)
 			require.NoError(t, err)
 			require.Equal(t, charges.OutcomeReplay, again.Outcome)
 			require.Equal(t, res.Response, again.Response)
@@ -117,16 +98,16 @@ func TestPSPCalledTwiceAfterTakeoverAuthorizesOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	req, params := request(t, visa)
+	req, params := chargestest.Request(t, visa)
 
-	_, err := b.service(t, 0, charges.Config{CrashHook: crashAt(charges.CrashAfterPSPCall)}).Create(ctx, b.tenant, "k", req, params)
-	require.ErrorIs(t, err, errCrash)
-	first := b.mock.Authorizations()
+	_, err := b.Service(t, 0, charges.Config{CrashHook: chargestest.CrashAt(charges.CrashAfterPSPCall)}).Create(ctx, b.Tenant, "k", req, params)
+	require.ErrorIs(t, err, chargestest.ErrCrash)
+	first := b.Mock.Authorizations()
 	require.Len(t, first, 1)
 
-	res, err := b.service(t, b.keys.Lease()+time.Second, charges.Config{}).Create(ctx, b.tenant, "k", req, params)
+	res, err := b.Service(t, b.Keys.Lease()+time.Second, charges.Config{}).Create(ctx, b.Tenant, "k", req, params)
 	require.NoError(t, err)
-	auths := b.authorizationsFor(chargeID(t, res.Response))
+	auths := b.AuthorizationsFor(chargeID(t, res.Response))
 	require.Len(t, auths, 1)
 	require.Equal(t, first[0].ID, auths[0].ID)
 	require.Equal(t, 2, auths[0].Attempts)
@@ -159,22 +140,22 @@ func TestStaleWorkerCannotCommitAfterTakeover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	req, params := request(t, visa)
+	req, params := chargestest.Request(t, visa)
 
-	gate := &gatedAuthorizer{next: b.psp, entered: make(chan struct{}), released: make(chan struct{})}
-	stalled := newService(t, b.pool, b.keys, gate, charges.Config{})
+	gate := &gatedAuthorizer{next: b.PSP, entered: make(chan struct{}), released: make(chan struct{})}
+	stalled := chargestest.NewService(t, b.Pool, b.Keys, gate, charges.Config{})
 	type result struct {
 		res charges.Result
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := stalled.Create(ctx, b.tenant, "stall", req, params)
+		res, err := stalled.Create(ctx, b.Tenant, "stall", req, params)
 		done <- result{res, err}
 	}()
 	<-gate.entered
 
-	fresh, err := b.service(t, b.keys.Lease()+time.Second, charges.Config{}).Create(ctx, b.tenant, "stall", req, params)
+	fresh, err := b.Service(t, b.Keys.Lease()+time.Second, charges.Config{}).Create(ctx, b.Tenant, "stall", req, params)
 	require.NoError(t, err)
 	require.Equal(t, charges.OutcomeTakeover, fresh.Outcome)
 
@@ -183,10 +164,10 @@ func TestStaleWorkerCannotCommitAfterTakeover(t *testing.T) {
 	require.NoError(t, stale.err)
 	require.Equal(t, fresh.Response, stale.res.Response, "the stalled worker must answer with the stored response")
 
-	_, _, lv := b.keyState(t, "stall")
+	_, _, lv := b.KeyState(t, "stall")
 	require.EqualValues(t, 2, lv)
-	require.Equal(t, 1, b.chargeCount(t, "stall"))
-	require.Len(t, b.authorizationsFor(chargeID(t, fresh.Response)), 1)
+	require.Equal(t, 1, len(b.ChargeIDs(t, "stall")))
+	require.Len(t, b.AuthorizationsFor(chargeID(t, fresh.Response)), 1)
 }
 
 // A PSP outage releases the lease at charge_created: the client's retry
@@ -195,37 +176,37 @@ func TestPSPUnavailableReleasesLeaseForImmediateRetry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	req, params := request(t, visa)
-	svc := b.service(t, 0, charges.Config{})
+	req, params := chargestest.Request(t, visa)
+	svc := b.Service(t, 0, charges.Config{})
 
-	require.NoError(t, b.mock.SetFaults(psp.Faults{ErrorRate: 1}))
-	_, err := svc.Create(ctx, b.tenant, "outage", req, params)
+	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	_, err := svc.Create(ctx, b.Tenant, "outage", req, params)
 	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
-	rec, err := b.keys.Lookup(ctx, b.pool, b.tenant, "outage")
+	rec, err := b.Keys.Lookup(ctx, b.Pool, b.Tenant, "outage")
 	require.NoError(t, err)
 	require.Equal(t, idempotency.StateStarted, rec.State)
 	require.Equal(t, charges.PointChargeCreated, rec.Point)
 	require.False(t, rec.Leased)
 	require.Equal(t, 1, rec.Attempts)
-	require.Empty(t, b.mock.Authorizations())
+	require.Empty(t, b.Mock.Authorizations())
 
-	require.NoError(t, b.mock.SetFaults(psp.Faults{}))
-	res, err := svc.Create(ctx, b.tenant, "outage", req, params)
+	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))
+	res, err := svc.Create(ctx, b.Tenant, "outage", req, params)
 	require.NoError(t, err)
 	require.Equal(t, charges.OutcomeTakeover, res.Outcome)
 	require.Equal(t, 201, res.Response.Status)
-	require.Equal(t, 1, b.chargeCount(t, "outage"))
-	require.Len(t, b.authorizationsFor(chargeID(t, res.Response)), 1)
+	require.Equal(t, 1, len(b.ChargeIDs(t, "outage")))
+	require.Len(t, b.AuthorizationsFor(chargeID(t, res.Response)), 1)
 }
 
 func TestDeclinedChargeIsStoredAsProblem(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	req, params := request(t, `{"amount":500,"currency":"eur","payment_method":"pm_card_chargeDeclined"}`)
-	svc := b.service(t, 0, charges.Config{})
+	req, params := chargestest.Request(t, `{"amount":500,"currency":"eur","payment_method":"pm_card_chargeDeclined"}`)
+	svc := b.Service(t, 0, charges.Config{})
 
-	res, err := svc.Create(ctx, b.tenant, "declined", req, params)
+	res, err := svc.Create(ctx, b.Tenant, "declined", req, params)
 	require.NoError(t, err)
 	require.Equal(t, 402, res.Response.Status)
 	require.Equal(t, "application/problem+json", res.Response.ContentType)
@@ -233,11 +214,11 @@ func TestDeclinedChargeIsStoredAsProblem(t *testing.T) {
 	require.NoError(t, json.Unmarshal(res.Response.Body, &p))
 	require.Equal(t, "card_declined", p.Code)
 
-	c, err := svc.Get(ctx, b.tenant, p.Charge)
+	c, err := svc.Get(ctx, b.Tenant, p.Charge)
 	require.NoError(t, err)
 	require.Equal(t, charges.StatusDeclined, c.Status)
 	require.NotNil(t, c.DeclineCode)
 
-	_, err = svc.Get(ctx, b.tenant+1, p.Charge)
+	_, err = svc.Get(ctx, b.Tenant+1, p.Charge)
 	require.ErrorIs(t, err, charges.ErrNotFound)
 }

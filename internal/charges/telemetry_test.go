@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/charges/chargestest"
 	"github.com/phasepay/phasepay/internal/testdb"
 )
 
@@ -91,11 +92,11 @@ func TestTracesAndMetricsPerOutcome(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	tb := newTelemetry()
-	svc := newService(t, b.pool, b.keys, b.psp, tb.cfg)
-	req, params := request(t, visa)
+	svc := chargestest.NewService(t, b.Pool, b.Keys, b.PSP, tb.cfg)
+	req, params := chargestest.Request(t, visa)
 
 	// A new charge: one span per phase, in order, under the request's span.
-	_, err := svc.Create(ctx, b.tenant, "tel", req, params)
+	_, err := svc.Create(ctx, b.Tenant, "tel", req, params)
 	require.NoError(t, err)
 	spans := tb.take(t)
 	require.Equal(t, []string{"phase charge_created", "phase psp_authorized", "phase done", "charges.create"}, names(spans))
@@ -103,14 +104,14 @@ func TestTracesAndMetricsPerOutcome(t *testing.T) {
 	for i, point := range []string{"charge_created", "psp_authorized", "done"} {
 		a := attrs(spans[i])
 		require.Equal(t, point, a["phasepay.recovery_point"].AsString())
-		require.Equal(t, b.tenant, a["phasepay.tenant_id"].AsInt64())
+		require.Equal(t, b.Tenant, a["phasepay.tenant_id"].AsInt64())
 		require.EqualValues(t, 1, a["phasepay.lock_version"].AsInt64())
 		require.Equal(t, "ok", a["phasepay.outcome"].AsString())
 		require.Equal(t, root.SpanContext().SpanID(), spans[i].Parent().SpanID())
 	}
 
 	// A replay: an event, and no phase spans.
-	_, err = svc.Create(ctx, b.tenant, "tel", req, params)
+	_, err = svc.Create(ctx, b.Tenant, "tel", req, params)
 	require.NoError(t, err)
 	spans = tb.take(t)
 	require.Equal(t, []string{"charges.create"}, names(spans))
@@ -118,16 +119,16 @@ func TestTracesAndMetricsPerOutcome(t *testing.T) {
 
 	// A takeover: the crashed request's key is resumed by a later worker,
 	// whose resume span links to the trace that claimed the key.
-	dying := newService(t, b.pool, b.keys, b.psp, charges.Config{
-		TracerProvider: tb.cfg.TracerProvider, MeterProvider: tb.cfg.MeterProvider, CrashHook: crashAt(charges.CrashAfterClaim),
+	dying := chargestest.NewService(t, b.Pool, b.Keys, b.PSP, charges.Config{
+		TracerProvider: tb.cfg.TracerProvider, MeterProvider: tb.cfg.MeterProvider, CrashHook: chargestest.CrashAt(charges.CrashAfterClaim),
 	})
-	_, err = dying.Create(ctx, b.tenant, "tel-2", req, params)
-	require.ErrorIs(t, err, errCrash)
+	_, err = dying.Create(ctx, b.Tenant, "tel-2", req, params)
+	require.ErrorIs(t, err, chargestest.ErrCrash)
 	claimed := tb.take(t)
 	claimTrace := claimed[len(claimed)-1].SpanContext().TraceID()
 
-	later := newService(t, testdb.Pool(t, b.url, b.t0.Add(b.keys.Lease()+time.Second)), b.keys, b.psp, tb.cfg)
-	_, err = later.Create(ctx, b.tenant, "tel-2", req, params)
+	later := chargestest.NewService(t, testdb.Pool(t, b.URL, b.T0.Add(b.Keys.Lease()+time.Second)), b.Keys, b.PSP, tb.cfg)
+	_, err = later.Create(ctx, b.Tenant, "tel-2", req, params)
 	require.NoError(t, err)
 	spans = tb.take(t)
 	require.Equal(t, []string{"phase psp_authorized", "phase done", "charges.resume", "charges.create"}, names(spans))
@@ -138,8 +139,8 @@ func TestTracesAndMetricsPerOutcome(t *testing.T) {
 	require.EqualValues(t, 2, attrs(spans[0])["phasepay.lock_version"].AsInt64())
 
 	// A mismatch and an in-progress answer are events too.
-	other, otherParams := request(t, `{"amount":1,"currency":"usd","payment_method":"pm_card_visa"}`)
-	_, err = svc.Create(ctx, b.tenant, "tel", other, otherParams)
+	other, otherParams := chargestest.Request(t, `{"amount":1,"currency":"usd","payment_method":"pm_card_visa"}`)
+	_, err = svc.Create(ctx, b.Tenant, "tel", other, otherParams)
 	require.Error(t, err)
 	require.Equal(t, []string{charges.EventMismatch}, events(tb.take(t)[0]))
 

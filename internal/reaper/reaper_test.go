@@ -2,18 +2,16 @@ package reaper_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/charges/chargestest"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
@@ -27,90 +25,37 @@ func TestMain(m *testing.M) {
 	)
 }
 
-var errCrash = errors.New("simulated crash")
-
-type testBundle struct {
-	url    string
-	pool   *pgxpool.Pool
-	keys   *idempotency.Store
-	mock   *psp.Mock
-	psp    *psp.Client
-	tenant int64
-	t0     time.Time
-}
-
-func setup(t *testing.T) *testBundle {
+func setup(t *testing.T) *chargestest.Bundle {
 	t.Helper()
-	url := testdb.NewURL(t)
-	t0 := time.Now().UTC().Truncate(time.Second)
-	pool := testdb.Pool(t, url, t0)
-	keys, err := idempotency.NewStore(idempotency.Config{Lease: time.Minute, RetryBackoff: time.Minute})
-	require.NoError(t, err)
-	mock, err := psp.NewMock(psp.Faults{})
-	require.NoError(t, err)
-	srv := httptest.NewServer(mock)
-	t.Cleanup(srv.Close)
-	client, err := psp.NewClient(psp.ClientConfig{BaseURL: srv.URL, InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
-	require.NoError(t, err)
-	var tenant int64
-	require.NoError(t, pool.QueryRow(context.Background(), `INSERT INTO tenants (name) VALUES ('t') RETURNING id`).Scan(&tenant))
-	return &testBundle{url: url, pool: pool, keys: keys, mock: mock, psp: client, tenant: tenant, t0: t0}
+	return chargestest.Setup(t, idempotency.Config{RetryBackoff: time.Minute})
 }
 
 // abandon makes an API worker die at the given point of key's request.
-func (b *testBundle) abandon(t *testing.T, key string, oneCommit bool, at charges.CrashPoint) {
+func abandon(t *testing.T, b *chargestest.Bundle, key string, oneCommit bool, at charges.CrashPoint) {
 	t.Helper()
-	body := fmt.Sprintf(`{"amount":%d,"currency":"usd","payment_method":"pm_card_visa"}`, 100+len(key))
-	req, err := idempotency.Canonicalize("POST", charges.Path, []byte(body))
-	require.NoError(t, err)
-	params, err := charges.ParseCreateParams([]byte(body))
-	require.NoError(t, err)
-	svc := newService(t, b.pool, b.keys, b.psp, charges.Config{
-		OneCommitPerPhase: oneCommit,
-		CrashHook: func(_ context.Context, p charges.CrashPoint) error {
-			if p == at {
-				return errCrash
-			}
-			return nil
-		},
-	})
-	_, err = svc.Create(context.Background(), b.tenant, key, req, params)
-	require.ErrorIs(t, err, errCrash)
+	req, params := chargestest.Request(t, fmt.Sprintf(`{"amount":%d,"currency":"usd","payment_method":"pm_card_visa"}`, 100+len(key)))
+	svc := b.Service(t, 0, charges.Config{OneCommitPerPhase: oneCommit, CrashHook: chargestest.CrashAt(at)})
+	_, err := svc.Create(context.Background(), b.Tenant, key, req, params)
+	require.ErrorIs(t, err, chargestest.ErrCrash)
 }
 
-// reaper returns a reaper whose database clock stands at t0+offset.
-func (b *testBundle) reaper(t *testing.T, offset time.Duration) *reaper.Reaper {
+// newReaper returns a reaper whose database clock stands at T0+offset.
+func newReaper(t *testing.T, b *chargestest.Bundle, offset time.Duration) *reaper.Reaper {
 	t.Helper()
-	pool := testdb.Pool(t, b.url, b.t0.Add(offset))
-	svc := newService(t, pool, b.keys, b.psp, charges.Config{})
-	r, err := reaper.New(pool, b.keys, svc, reaper.Config{})
+	pool := testdb.Pool(t, b.URL, b.T0.Add(offset))
+	r, err := reaper.New(pool, b.Keys, chargestest.NewService(t, pool, b.Keys, b.PSP, charges.Config{}), reaper.Config{})
 	require.NoError(t, err)
 	return r
 }
 
-func (b *testBundle) assertDoneOnce(t *testing.T, key string) {
+func assertDoneOnce(t *testing.T, b *chargestest.Bundle, key string) {
 	t.Helper()
-	ctx := context.Background()
-	rec, err := b.keys.Lookup(ctx, b.pool, b.tenant, key)
+	rec, err := b.Keys.Lookup(context.Background(), b.Pool, b.Tenant, key)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.StateDone, rec.State, key)
-	var chargeIDs []string
-	rows, err := b.pool.Query(ctx, `SELECT id FROM charges WHERE tenant_id = $1 AND idempotency_key = $2`, b.tenant, key)
-	require.NoError(t, err)
-	for rows.Next() {
-		var id string
-		require.NoError(t, rows.Scan(&id))
-		chargeIDs = append(chargeIDs, id)
-	}
-	require.NoError(t, rows.Err())
-	require.Len(t, chargeIDs, 1, key)
-	n := 0
-	for _, a := range b.mock.Authorizations() {
-		if a.Reference == chargeIDs[0] {
-			n++
-		}
-	}
-	require.Equal(t, 1, n, "authorizations of %s", key)
+	ids := b.ChargeIDs(t, key)
+	require.Len(t, ids, 1, key)
+	require.Len(t, b.AuthorizationsFor(ids[0]), 1, "authorizations of %s", key)
 }
 
 // A worker killed after each recovery point is completed by the reaper with
@@ -134,21 +79,21 @@ func TestReaperCompletesAbandonedKeys(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setup(t)
-			b.abandon(t, "k", tt.oneCommit, tt.at)
+			abandon(t, b, "k", tt.oneCommit, tt.at)
 
 			// Not before the lease ran out.
-			res, err := b.reaper(t, 30*time.Second).RunOnce(ctx)
+			res, err := newReaper(t, b, 30*time.Second).RunOnce(ctx)
 			require.NoError(t, err)
 			require.Zero(t, res.Completed)
 
-			res, err = b.reaper(t, b.keys.Lease()+time.Second).RunOnce(ctx)
+			res, err = newReaper(t, b, b.Keys.Lease()+time.Second).RunOnce(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 1, res.Completed)
 			require.Zero(t, res.Failed)
 			require.Zero(t, res.Stuck)
-			b.assertDoneOnce(t, "k")
+			assertDoneOnce(t, b, "k")
 
-			rec, err := b.keys.Lookup(ctx, b.pool, b.tenant, "k")
+			rec, err := b.Keys.Lookup(ctx, b.Pool, b.Tenant, "k")
 			require.NoError(t, err)
 			require.Equal(t, 201, rec.Response.Status)
 			require.EqualValues(t, 2, rec.LockVersion)
@@ -166,7 +111,7 @@ func TestSeveralReapersCompleteEachKeyOnce(t *testing.T) {
 	points := []charges.CrashPoint{charges.CrashAfterClaim, charges.CrashAfterPSPCall}
 	const n = 40
 	for i := range n {
-		b.abandon(t, fmt.Sprintf("k%02d", i), false, points[i%2])
+		abandon(t, b, fmt.Sprintf("k%02d", i), false, points[i%2])
 	}
 
 	var (
@@ -175,7 +120,7 @@ func TestSeveralReapersCompleteEachKeyOnce(t *testing.T) {
 		completed int
 	)
 	for range 3 {
-		r := b.reaper(t, b.keys.Lease()+time.Second)
+		r := newReaper(t, b, b.Keys.Lease()+time.Second)
 		wg.Go(func() {
 			for range 5 {
 				res, err := r.RunOnce(ctx)
@@ -190,9 +135,9 @@ func TestSeveralReapersCompleteEachKeyOnce(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, n, completed)
 	for i := range n {
-		b.assertDoneOnce(t, fmt.Sprintf("k%02d", i))
+		assertDoneOnce(t, b, fmt.Sprintf("k%02d", i))
 	}
-	require.Len(t, b.mock.Authorizations(), n)
+	require.Len(t, b.Mock.Authorizations(), n)
 }
 
 // A PSP that is still down leaves the key resumable, with a backoff so the
@@ -202,27 +147,27 @@ func TestReaperBacksOffWhilePSPFails(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	b.abandon(t, "k", false, charges.CrashAfterClaim)
-	require.NoError(t, b.mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	abandon(t, b, "k", false, charges.CrashAfterClaim)
+	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
 
-	later := b.keys.Lease() + time.Second
-	res, err := b.reaper(t, later).RunOnce(ctx)
+	later := b.Keys.Lease() + time.Second
+	res, err := newReaper(t, b, later).RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Failed)
 	require.EqualValues(t, 1, res.Stuck)
 
 	// Within the backoff: left alone, still counted.
-	res, err = b.reaper(t, later+30*time.Second).RunOnce(ctx)
+	res, err = newReaper(t, b, later+30*time.Second).RunOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, res.Failed+res.Completed)
 	require.EqualValues(t, 1, res.Stuck)
 
-	require.NoError(t, b.mock.SetFaults(psp.Faults{}))
-	res, err = b.reaper(t, later+2*time.Minute).RunOnce(ctx)
+	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))
+	res, err = newReaper(t, b, later+2*time.Minute).RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Completed)
 	require.Zero(t, res.Stuck)
-	b.assertDoneOnce(t, "k")
+	assertDoneOnce(t, b, "k")
 }
 
 // Partition maintenance runs in one reaper at a time.
@@ -230,23 +175,23 @@ func TestMaintenanceRunsInOneReaper(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	holder, err := b.pool.Acquire(ctx)
+	holder, err := b.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer holder.Release()
 	_, err = holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, 0x70700004)
 	require.NoError(t, err)
 
-	res, err := b.reaper(t, 20*24*time.Hour).RunOnce(ctx)
+	res, err := newReaper(t, b, 20*24*time.Hour).RunOnce(ctx)
 	require.NoError(t, err)
 	require.False(t, res.Maintained)
 
 	_, err = holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, 0x70700004)
 	require.NoError(t, err)
-	res, err = b.reaper(t, 20*24*time.Hour).RunOnce(ctx)
+	res, err = newReaper(t, b, 20*24*time.Hour).RunOnce(ctx)
 	require.NoError(t, err)
 	require.True(t, res.Maintained)
 	require.Equal(t, idempotency.PartitionsAhead+1, res.Created)
-	ahead, err := idempotency.DaysAhead(ctx, testdb.Pool(t, b.url, b.t0.Add(20*24*time.Hour)))
+	ahead, err := idempotency.DaysAhead(ctx, testdb.Pool(t, b.URL, b.T0.Add(20*24*time.Hour)))
 	require.NoError(t, err)
 	require.Equal(t, idempotency.PartitionsAhead, ahead)
 	require.NotEmpty(t, res.Partitions.Dropped, "the real days' partitions are past retention by the moved clock")
@@ -263,7 +208,7 @@ func TestRetentionMustExceedLease(t *testing.T) {
 func TestRunStopsWhenCancelled(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r := b.reaper(t, 0)
+	r := newReaper(t, b, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
@@ -275,11 +220,4 @@ func TestRunStopsWhenCancelled(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
-}
-
-func newService(t *testing.T, pool *pgxpool.Pool, keys *idempotency.Store, a charges.Authorizer, cfg charges.Config) *charges.Service {
-	t.Helper()
-	svc, err := charges.NewService(pool, keys, a, cfg)
-	require.NoError(t, err)
-	return svc
 }
