@@ -428,9 +428,9 @@ func TestAlertRules(t *testing.T) {
 	}{
 		{"PhasepayStuckKeys", "page", "5m", "phasepay_idempotency_stuck_keys", "stuck-keys"},
 		{"PhasepayPartitionsNotAhead", "page", "10m", "phasepay_partitions_days_ahead", "partition-not-created-ahead"},
-		{"PhasepayReaperAbsent", "", "10m", "phasepay_partitions_days_ahead", ""},
+		{"PhasepayReaperAbsent", "", "10m", "phasepay_partitions_days_ahead", "reaper-absent"},
 		{"PhasepayPSPFailing", "warning", "5m", "phasepay_psp_duration_seconds_count", "psp-outage"},
-		{"PhasepayLeaseLost", "warning", "", "phasepay_idempotency_outcomes_total", ""},
+		{"PhasepayLeaseLost", "warning", "", "phasepay_idempotency_outcomes_total", "lease-lost"},
 	}
 	for _, w := range want {
 		r, ok := alerts[w.name]

@@ -25,8 +25,9 @@ $$;
 -- Uniqueness of (tenant_id, key). PostgreSQL accepts a UNIQUE or PRIMARY KEY
 -- constraint on a partitioned table only if it contains the partition key, so
 -- the primary key below is (tenant_id, key, created_at) and by itself would
--- allow the same key once per distinct created_at: a retry one second after
--- midnight would land in the next partition and run the charge twice. Neither
+-- allow the same key once per distinct created_at, which is to the
+-- microsecond: it blocks no duplicate at all, in the same partition or (a
+-- retry one second after midnight) in the next one. Neither
 -- obvious patch works: a partial unique index "WHERE created_at > now() - …"
 -- is impossible (index predicates must be immutable), and a side table of
 -- live keys would need row-by-row deletes, the very thing partitioning avoids.

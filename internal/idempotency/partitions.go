@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -72,8 +73,10 @@ SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = 'idempotency
 //
 // A partition that still holds a started key is kept until that key is
 // finished: its request may still be resumed, and forgetting its key would
-// let a retry charge again. (Done keys are terminal, and new keys land in
-// today's partition, so a partition with no started key gets none later.)
+// let a retry charge again. One holding a key finished less than retention
+// ago is kept too (see keepReason). (Done keys are terminal, and new keys
+// land in today's partition, so a partition with no started key gets none
+// later.)
 //
 // q must not be in a transaction: DETACH … CONCURRENTLY cannot run in one.
 // If ctx ends during a concurrent detach, the partition is left "detach
@@ -108,12 +111,12 @@ func DropExpiredPartitions(ctx context.Context, q DBTX, retention time.Duration)
 				return report, fmt.Errorf("finalize detach of %s: %w", p.name, err)
 			}
 		case p.attached:
-			var started bool
-			if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ident+" WHERE state = 'started')").Scan(&started); err != nil {
-				return report, fmt.Errorf("check %s for started keys: %w", p.name, err)
+			reason, err := keepReason(ctx, q, ident, retention)
+			if err != nil {
+				return report, fmt.Errorf("check %s: %w", p.name, err)
 			}
-			if started {
-				report.Kept = append(report.Kept, KeptPartition{Name: p.name, Reason: "holds a started key that is not finished yet"})
+			if reason != "" {
+				report.Kept = append(report.Kept, KeptPartition{Name: p.name, Reason: reason})
 				continue
 			}
 			if err := detach(ctx, q, ident); err != nil {
@@ -126,6 +129,33 @@ func DropExpiredPartitions(ctx context.Context, q DBTX, retention time.Duration)
 		report.Dropped = append(report.Dropped, p.name)
 	}
 	return report, nil
+}
+
+// keepReason says why an expired partition must stay, or "" if it may go.
+// RETENTION counts from when a key finished, not from the day it was
+// created: a key that was stuck for days (a long PSP outage) and finished
+// an hour ago must still replay for its client. The started check uses the
+// partial index; the finished_at one reads the partition once, which
+// happens once per partition, or once per maintenance interval while it is
+// kept for a late key.
+func keepReason(ctx context.Context, q DBTX, ident string, retention time.Duration) (string, error) {
+	var started bool
+	if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ident+" WHERE state = 'started')").Scan(&started); err != nil {
+		return "", err
+	}
+	if started {
+		return "holds a started key that is not finished yet", nil
+	}
+	var until *time.Time
+	err := q.QueryRow(ctx, "SELECT max(finished_at) + $1 * interval '1 microsecond' FROM "+ident+
+		" HAVING max(finished_at) + $1 * interval '1 microsecond' > phasepay_now()", retention.Microseconds()).Scan(&until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return "holds a key finished less than RETENTION ago; kept until " + until.UTC().Format(time.RFC3339), nil
 }
 
 func detach(ctx context.Context, q DBTX, ident string) error {

@@ -65,7 +65,7 @@ func finishedKey(t *testing.T, b *testBundle, ts time.Time, key string, finish b
 // Retention shorter than a client's retry horizon is the pitfall: a key
 // forgotten while its client still retries is a second charge. Whatever
 // RETENTION says, a partition holding an unfinished key is kept, and says
-// why; it goes once the key is done.
+// why; once the key is done it stays RETENTION longer, then goes.
 func TestRetentionNeverDropsUnfinishedKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -97,7 +97,16 @@ func TestRetentionNeverDropsUnfinishedKey(t *testing.T) {
 	require.NoError(t, pgx.BeginFunc(ctx, later, func(tx pgx.Tx) error {
 		return lease.Finish(ctx, tx, idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte("{}")})
 	}))
+	// RETENTION counts from the finish: its client may still retry for a
+	// day, and must get a replay.
 	report, err = idempotency.DropExpiredPartitions(ctx, later, 24*time.Hour)
+	require.NoError(t, err)
+	require.NotContains(t, report.Dropped, partitionName(d.AddDate(0, 0, 1)))
+	require.Len(t, report.Kept, 1)
+	require.Contains(t, report.Kept[0].Reason, "finished less than RETENTION ago")
+
+	dayAfter := testdb.Pool(t, b.url, d.Add(72*time.Hour+25*time.Hour))
+	report, err = idempotency.DropExpiredPartitions(ctx, dayAfter, 24*time.Hour)
 	require.NoError(t, err)
 	require.Contains(t, report.Dropped, partitionName(d.AddDate(0, 0, 1)))
 	require.Empty(t, report.Kept)

@@ -55,6 +55,14 @@ type Config struct {
 	// Lease is the lease duration keys are taken over with (must match the
 	// API's), used here only to validate Retention.
 	Lease time.Duration
+	// MaintenanceInterval is the least time between two partition
+	// maintenance passes of this reaper (completion runs every Interval).
+	// Default 1m.
+	MaintenanceInterval time.Duration
+	// MaintenanceTimeout bounds one maintenance pass: a DETACH …
+	// CONCURRENTLY waiting on a long transaction is cut off, left "detach
+	// pending", and finished by a later pass. Default 30s.
+	MaintenanceTimeout time.Duration
 	// BatchSize is how many keys one takeover statement claims. Default 20.
 	BatchSize int
 	// Parallelism is how many taken-over keys are driven at once (each may
@@ -74,6 +82,8 @@ type Reaper struct {
 	charges *charges.Service
 	log     *slog.Logger
 	m       instruments
+
+	lastMaintenance time.Time // touched by RunOnce only, which is not concurrent
 }
 
 // New validates cfg, fills its defaults and returns a Reaper.
@@ -82,6 +92,8 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, svc *charges.Service, cfg 
 	cfg.Retention = cmp.Or(cfg.Retention, RetentionDefault)
 	cfg.Lease = cmp.Or(cfg.Lease, keys.Lease())
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, BatchSizeDefault)
+	cfg.MaintenanceInterval = cmp.Or(cfg.MaintenanceInterval, time.Minute)
+	cfg.MaintenanceTimeout = cmp.Or(cfg.MaintenanceTimeout, 30*time.Second)
 	cfg.Parallelism = cmp.Or(cfg.Parallelism, ParallelismDefault)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -214,9 +226,14 @@ func (r *Reaper) resume(ctx context.Context, lease *idempotency.Lease) error {
 	}
 }
 
-// maintain creates partitions ahead and drops expired ones, if no other
-// reaper is doing it.
+// maintain creates partitions ahead and drops expired ones, if it is time
+// and no other reaper is doing it.
 func (r *Reaper) maintain(ctx context.Context, res *PassResult) error {
+	if !r.lastMaintenance.IsZero() && time.Since(r.lastMaintenance) < r.cfg.MaintenanceInterval {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.MaintenanceTimeout)
+	defer cancel()
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("maintenance: %w", err)
@@ -237,6 +254,7 @@ func (r *Reaper) maintain(ctx context.Context, res *PassResult) error {
 		}
 	}()
 	res.Maintained = true
+	r.lastMaintenance = time.Now()
 
 	if res.Created, err = idempotency.EnsurePartitions(ctx, conn); err != nil {
 		return err
