@@ -70,7 +70,8 @@ func (s *Store) Lease() time.Duration { return s.cfg.Lease }
 const claimLockSQL = `SELECT current_setting('transaction_isolation'), pg_advisory_xact_lock(1886388225, hashtext($1::bigint::text || ':' || $2))::text`
 
 // claimSQL inserts the key unless it exists and returns the row either way.
-// It must be a statement of its own after claimLockSQL: a READ COMMITTED
+// It must be a statement of its own after claimLockSQL (pipelined with it is
+// fine; inside one statement with it is not): a READ COMMITTED
 // statement's snapshot is taken when it starts, so only a statement that
 // starts after the lock was granted sees the row a competing claim committed
 // while we waited. (For the same reason the claim must not run in a
@@ -129,16 +130,28 @@ type ClaimParams struct {
 // caller asks Decide what to do.
 func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p ClaimParams) (rec Record, created bool, err error) {
 	tenantID, key, req := p.TenantID, p.Key, p.Request
+	// One round trip: the two statements are pipelined, but the server runs
+	// them one after the other, so claimSQL starts, and takes its snapshot,
+	// only once the lock is granted.
+	batch := &pgx.Batch{}
+	batch.Queue(claimLockSQL, tenantID, key)
+	batch.Queue(claimSQL, tenantID, key, req.Fingerprint[:], req.Method, req.Path, req.Body,
+		s.cfg.Lease.Microseconds(), p.TraceContext, string(cmp.Or(p.Point, PointStart)))
+	results := tx.SendBatch(ctx, batch)
+	defer results.Close()
 	var isolation, ignored string
-	if err := tx.QueryRow(ctx, claimLockSQL, tenantID, key).Scan(&isolation, &ignored); err != nil {
+	if err := results.QueryRow().Scan(&isolation, &ignored); err != nil {
 		return Record{}, false, fmt.Errorf("claim %q: lock: %w", key, err)
 	}
+	// Checked after the fact, but before the caller can commit: the error
+	// makes it roll back whatever the claim wrote.
 	if isolation != "read committed" {
 		return Record{}, false, fmt.Errorf("claim %q: needs a READ COMMITTED transaction, got %s", key, isolation)
 	}
-	row := tx.QueryRow(ctx, claimSQL, tenantID, key, req.Fingerprint[:], req.Method, req.Path, req.Body, s.cfg.Lease.Microseconds(), p.TraceContext, string(cmp.Or(p.Point, PointStart)))
-	rec, err = scanRecord(row, &created)
-	if err != nil {
+	if rec, err = scanRecord(results.QueryRow(), &created); err != nil {
+		return Record{}, false, fmt.Errorf("claim %q: %w", key, err)
+	}
+	if err := results.Close(); err != nil {
 		return Record{}, false, fmt.Errorf("claim %q: %w", key, err)
 	}
 	return rec, created, nil
