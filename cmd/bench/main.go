@@ -47,7 +47,7 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Print(res.Table())
-	path, err := res.WriteJSON(*out)
+	path, err := res.WriteJSON(*out, *steps == "" && !*quick)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

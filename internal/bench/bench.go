@@ -514,8 +514,9 @@ func (e *env) micro(ctx context.Context, res *Results) error {
 	return nil
 }
 
-// WriteJSON writes the results to dir/<timestamp>.json and dir/latest.json.
-func (r *Results) WriteJSON(dir string) (string, error) {
+// WriteJSON writes the results to dir/<timestamp>.json and, for a complete
+// run (latest true), to dir/latest.json.
+func (r *Results) WriteJSON(dir string, latest bool) (string, error) {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return "", err
@@ -524,7 +525,11 @@ func (r *Results) WriteJSON(dir string) (string, error) {
 		return "", err
 	}
 	name := filepath.Join(dir, r.Started.Format("20060102T150405Z")+".json")
-	for _, p := range []string{name, filepath.Join(dir, "latest.json")} {
+	paths := []string{name}
+	if latest {
+		paths = append(paths, filepath.Join(dir, "latest.json"))
+	}
+	for _, p := range paths {
 		if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
 			return "", err
 		}
