@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/phasepay/phasepay/internal/envconfig"
+	"github.com/phasepay/phasepay/internal/platform"
+	"github.com/phasepay/phasepay/internal/psp"
 )
 
 // Config is the API's configuration, from the contract's environment
@@ -33,9 +35,9 @@ type Config struct {
 
 // Defaults of the contract.
 const (
-	DatabaseURLDefault = "postgres://postgres@127.0.0.1:5432/phasepay?sslmode=disable"
+	DatabaseURLDefault = platform.DatabaseURLDefault
 	AddrDefault        = "127.0.0.1:8080"
-	MockPSPAddrDefault = "127.0.0.1:8090"
+	MockPSPAddrDefault = psp.MockAddrDefault
 	LeaseDefault       = 60 * time.Second
 )
 

@@ -7,10 +7,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/phasepay/phasepay/internal/psp"
 )
 
 // ListenAddrDefault is the listen address when MOCKPSP_ADDR is unset.
-const ListenAddrDefault = "127.0.0.1:8090"
+const ListenAddrDefault = psp.MockAddrDefault
 
 // ParseEnv reads the configuration from getenv (os.Getenv in main). Unset or
 // empty variables keep the current values. The error names the variable and

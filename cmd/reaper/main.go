@@ -53,7 +53,6 @@ func run(getenv func(string) string, stderr io.Writer) int {
 type Config struct {
 	DatabaseURL string        // DATABASE_URL
 	PSPURL      string        // PSP_URL; empty: an in-process mock (see Run)
-	MockPSPAddr string        // MOCKPSP_ADDR, for the in-process mock
 	Lease       time.Duration // LEASE: must match the API's
 	Interval    time.Duration // REAPER_INTERVAL
 	Retention   time.Duration // RETENTION
@@ -64,9 +63,8 @@ type Config struct {
 // ParseEnv reads Config from the environment and validates it.
 func ParseEnv(getenv func(string) string) (Config, error) {
 	c := Config{
-		DatabaseURL: envconfig.String(getenv, "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/phasepay?sslmode=disable"),
+		DatabaseURL: envconfig.String(getenv, "DATABASE_URL", platform.DatabaseURLDefault),
 		PSPURL:      getenv("PSP_URL"),
-		MockPSPAddr: envconfig.String(getenv, "MOCKPSP_ADDR", "127.0.0.1:8090"),
 		MetricsAddr: getenv("REAPER_METRICS_ADDR"),
 	}
 	var err error

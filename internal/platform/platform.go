@@ -17,6 +17,9 @@ import (
 	"github.com/phasepay/phasepay/internal/telemetry"
 )
 
+// DatabaseURLDefault is the contract's default DATABASE_URL.
+const DatabaseURLDefault = "postgres://postgres@127.0.0.1:5432/phasepay?sslmode=disable"
+
 // PoolMaxConnsDefault is the pool size when DATABASE_URL sets none.
 const PoolMaxConnsDefault = 32
 

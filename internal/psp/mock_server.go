@@ -9,6 +9,10 @@ import (
 	"time"
 )
 
+// MockAddrDefault is the contract's default MOCKPSP_ADDR: where bin/mockpsp,
+// and the API's embedded mock, listen.
+const MockAddrDefault = "127.0.0.1:8090"
+
 // MockServer is a Mock served over HTTP on a loopback listener: the
 // in-process PSP that bin/api and bin/reaper use when PSP_URL is empty.
 type MockServer struct {
