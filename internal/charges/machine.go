@@ -139,9 +139,6 @@ func (s *Service) Create(ctx context.Context, tenantID int64, key string, req id
 		created bool
 		charge  *Charge
 	)
-	// Transaction 1: the claim, committed before any foreign call so that a
-	// duplicate gets 409 at once and the reaper can see the key. Folded into
-	// it: start → charge_created.
 	// The fast path of a retry: a finished key, or one claimed for another
 	// request, never changes again, so a plain read answers it, with no
 	// transaction and no lock. Anything else goes through the claim.
@@ -153,6 +150,9 @@ func (s *Service) Create(ctx context.Context, tenantID int64, key string, req id
 		return Result{}, fmt.Errorf("create charge: %w", err)
 	}
 
+	// Transaction 1: the claim, committed before any foreign call so that a
+	// duplicate gets 409 at once and the reaper can see the key. Folded into
+	// it: start → charge_created.
 	claim := idempotency.ClaimParams{TenantID: tenantID, Key: key, Request: req, TraceContext: traceContext(ctx)}
 	if !s.cfg.OneCommitPerPhase {
 		claim.Point = PointChargeCreated
