@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/contrib/propagators/autoprop"
-	"go.opentelemetry.io/otel"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -42,22 +41,9 @@ type Telemetry struct {
 	shutdown []func(context.Context) error
 }
 
-// Setup builds the providers for the named service (OTEL_SERVICE_NAME
-// overrides it) and installs them as the global ones, for libraries that
-// only look there.
-func Setup(ctx context.Context, service string) (*Telemetry, error) {
-	t, err := New(ctx, service)
-	if err != nil {
-		return nil, err
-	}
-	otel.SetTracerProvider(t.Tracer)
-	otel.SetMeterProvider(t.Meter)
-	otel.SetTextMapPropagator(t.Propagator)
-	return t, nil
-}
-
-// New builds the providers without installing them globally (tests build
-// one per in-process server).
+// New builds the providers. They are not installed as OpenTelemetry's
+// globals: every instrumented library here takes them explicitly, so that
+// tests can run several in-process servers, each with its own.
 func New(ctx context.Context, service string) (*Telemetry, error) {
 	res, err := resource.New(ctx,
 		resource.WithAttributes(semconv.ServiceName(service)),
