@@ -2,15 +2,32 @@
 // own, cloned from a template so that creating one costs a file copy, not a
 // migration run.
 //
-// The server is found in this order: TEST_DATABASE_URL; the local server on
+// The server is found in this order: TEST_DATABASE_URL; the server of
+// DATABASE_URL (the one `make run` uses; test databases are created beside
+// its database, which is never touched itself); the local server on
 // 127.0.0.1:5432 (user postgres, trust auth); a PostgreSQL container started
-// with testcontainers-go where Docker answers. If none answers the test fails
-// with a message saying so: a suite that quietly skips without a database
-// proves nothing.
+// with testcontainers-go where a Docker daemon is configured. If none
+// answers, the first test that needs a database fails with one line saying
+// so, and every later test of the process fails at once with the same line,
+// without trying again: a suite that quietly skips without a database proves
+// nothing, and one that waits on a dead server for every test wastes
+// minutes saying the same thing. (`make test` checks the server before it
+// starts any test, so there the message appears once.)
 //
 // The template is named after a hash of the migrations, so a changed migration
 // builds a new one, and is built once per server under an advisory lock, so
 // test packages running in parallel (separate processes) share it safely.
+//
+// Why not github.com/peterldowns/pgtestdb (v0.1.1), which clones templates
+// too: it would replace only buildTemplate and the CREATE/DROP DATABASE of
+// NewURL (about 70 lines), and changes behaviour we rely on. It connects
+// every test as a role of its own that is not a superuser, while our tests
+// act on the server as its administrator (cutting a database's connections,
+// handing the admin URL to subprocesses that create databases); it keeps
+// the database of every failed test, which fills the server during a red run
+// of `make chaos`-sized suites; it hands out a database/sql handle, where
+// everything here is pgx. Finding the server (below) and preparing each
+// clone's partitions stay ours either way.
 package testdb
 
 import (
@@ -18,10 +35,14 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,39 +159,106 @@ func NewURL(t testing.TB) string {
 const ensurePartitionsSQL = `SELECT idempotency_keys_ensure_partitions((now() AT TIME ZONE 'UTC')::date - 1, 5)`
 
 // Admin returns the connection string of the server's maintenance database,
-// failing the test if no server can be found.
+// failing the test if no server can be found. The search runs once per
+// process: after a failure every caller fails at once with the same line.
 func Admin(t testing.TB) string {
 	t.Helper()
-	serverOnce.Do(func() { serverURL, serverErr = findServer() })
+	serverOnce.Do(func() { serverURL, serverErr = findServer(os.Getenv, dockerConfigured) })
 	if serverErr != nil {
-		t.Fatalf("testdb: no PostgreSQL for tests: %v\n"+
-			"Set TEST_DATABASE_URL, start the local server (pg_ctlcluster --skip-systemctl-redirect 15 main start), or run Docker.", serverErr)
+		t.Fatalf("testdb: no PostgreSQL for tests: %v. "+
+			"Start one (make pg), or point TEST_DATABASE_URL or DATABASE_URL at a server that answers.", serverErr)
 	}
 	return serverURL
 }
 
-func findServer() (string, error) {
+// pingTimeout bounds one try of a candidate server. A server that is up
+// answers a local connection in milliseconds; one that is down refuses it at
+// once, so this only matters for an address that swallows packets.
+const pingTimeout = 3 * time.Second
+
+// findServer returns the admin URL of the first candidate that answers.
+// An explicit choice (TEST_DATABASE_URL, else DATABASE_URL) is the only
+// candidate when it is set: tests that quietly ran against another server
+// than the one named would hide the misconfiguration.
+func findServer(getenv func(string) string, docker func() bool) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
-		if err := ping(ctx, u); err != nil {
-			return "", fmt.Errorf("TEST_DATABASE_URL does not answer: %w", err)
+	for _, name := range []string{"TEST_DATABASE_URL", "DATABASE_URL"} {
+		u := getenv(name)
+		if u == "" {
+			continue
 		}
-		return u, nil
+		admin, err := adminURL(u)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+		if err := ping(ctx, admin); err != nil {
+			return "", fmt.Errorf("the server of %s (%s) does not answer: %w", name, hostPort(admin), oneLine(err))
+		}
+		return admin, nil
 	}
 	localErr := ping(ctx, localURL)
 	if localErr == nil {
 		return localURL, nil
 	}
+	if !docker() {
+		return "", fmt.Errorf("nothing answers on %s (%w), and no Docker daemon is configured for a container", hostPort(localURL), oneLine(localErr))
+	}
 	u, err := startContainer(ctx)
 	if err != nil {
-		return "", fmt.Errorf("local server: %w; testcontainers: %w", localErr, err)
+		return "", fmt.Errorf("local server: %w; testcontainers: %w", oneLine(localErr), oneLine(err))
 	}
 	return u, nil
 }
 
+// adminURL returns the connection string of the maintenance database
+// ("postgres") of the server u names. Test databases are created and
+// dropped from there, beside the database u names, which is never used: it
+// may be the one `make run` keeps its keys in.
+func adminURL(u string) (string, error) {
+	if _, err := pgx.ParseConfig(u); err != nil {
+		return "", err
+	}
+	if !strings.Contains(u, "://") {
+		// keyword=value form: a later keyword overrides an earlier one.
+		return u + " dbname=postgres", nil
+	}
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return "", err
+	}
+	parsed.Path = "/postgres"
+	return parsed.String(), nil
+}
+
+// hostPort names the server of a connection string for messages, without
+// its password.
+func hostPort(u string) string {
+	cfg, err := pgx.ParseConfig(u)
+	if err != nil {
+		return "?"
+	}
+	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+}
+
+// dockerConfigured reports whether a Docker daemon may be there to ask:
+// DOCKER_HOST is set or the default socket exists. Without either,
+// testcontainers would only spend seconds failing to find one.
+func dockerConfigured() bool {
+	if os.Getenv("DOCKER_HOST") != "" {
+		return true
+	}
+	_, err := os.Stat("/var/run/docker.sock")
+	return err == nil
+}
+
+// oneLine keeps an error's text on one line, so the failure reads as one.
+func oneLine(err error) error {
+	return errors.New(strings.Join(strings.Fields(err.Error()), " "))
+}
+
 func ping(ctx context.Context, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -270,9 +358,12 @@ func migrationsHash() (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// withDatabase returns the connection string u pointed at database db.
-// Connection strings must be URLs (postgres://…).
+// withDatabase returns the connection string u pointed at database db. u is
+// a URL (postgres://…) or a keyword=value string, as adminURL made it.
 func withDatabase(u, db string) string {
+	if !strings.Contains(u, "://") {
+		return u + " dbname=" + db
+	}
 	parsed, err := url.Parse(u)
 	if err != nil {
 		panic(fmt.Sprintf("testdb: connection string is not a URL: %v", err))
