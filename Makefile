@@ -7,7 +7,7 @@ export MOCKPSP_ADDR ?= 127.0.0.1:8090
 
 BINARIES := bin/api bin/reaper bin/mockpsp
 
-.PHONY: all build run test fuzz vet pg chaos bench clean
+.PHONY: all build run test fuzz vet lint pg pg-test chaos bench clean
 
 all: build
 
@@ -18,16 +18,22 @@ bin/%: FORCE
 
 FORCE:
 
-## pg: make sure PostgreSQL answers on 127.0.0.1:5432 (starts the local cluster if it is down)
+## pg: make sure the PostgreSQL server of DATABASE_URL answers (starts the local cluster if it is that one and down)
 pg:
-	@scripts/ensure-postgres
+	@scripts/ensure-postgres "$(DATABASE_URL)"
+
+# pg-test: the same for the server the tests use (TEST_DATABASE_URL, else
+# DATABASE_URL), first, so that a missing server is one line, not a failure
+# per test.
+pg-test:
+	@scripts/ensure-postgres "$${TEST_DATABASE_URL:-$$DATABASE_URL}"
 
 ## run: migrate, create a dev API key, run api (with the embedded mock PSP) and reaper
 run: build pg
 	@scripts/run-dev
 
-## test: every test against a real PostgreSQL, with -race, plus a short fuzz of the parsers
-test: pg vet
+## test: every test against a real PostgreSQL, with -race, plus vet, lint and a short fuzz of the parsers
+test: pg-test vet lint
 	$(GO) test -race -count=1 -timeout 9m ./...
 	$(MAKE) --no-print-directory fuzz
 
@@ -36,12 +42,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/idempotency
 	$(GO) test -run '^$$' -fuzz '^FuzzFingerprint$$' -fuzztime $(FUZZTIME) ./internal/idempotency
 
-## chaos: the long chaos run (issue 4): 2,000 intents, workers killed and frozen under PSP faults
+## chaos: the long chaos run: 2,000 intents, workers killed and frozen under PSP faults
 CHAOS_SEED ?= 1
 chaos: pg
 	$(GO) run ./cmd/chaos -seed $(CHAOS_SEED) -intents 2000 -json bench/results/chaos.json
 
-## bench: phasepay against pgbench baselines on this machine (issue 6); prints a table, writes bench/results/
+## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/
 bench: build pg
 	$(GO) run ./cmd/bench
 
@@ -53,6 +59,12 @@ compose-up:
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+
+## lint: staticcheck (pinned by the tool directive in go.mod), and package client vetted at the oldest Go it supports
+CLIENT_GO := 1.24.0
+lint:
+	$(GO) tool staticcheck ./...
+	@scripts/check-client-go $(CLIENT_GO)
 
 clean:
 	rm -rf bin
