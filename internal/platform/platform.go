@@ -38,7 +38,8 @@ func OpenPool(ctx context.Context, url string, tel *telemetry.Telemetry) (*pgxpo
 	cfg.ConnConfig.Tracer = otelpgx.NewTracer(
 		otelpgx.WithTracerProvider(tel.Tracer),
 		otelpgx.WithMeterProvider(tel.Meter),
-		otelpgx.WithTrimSQLInSpanName(),
+		// Span names are the trimmed SQL by default (WithTrimSQLInSpanName
+		// is deprecated for that reason).
 		// Parameters carry keys and amounts, never logged: see the README.
 		otelpgx.WithDisableConnectionDetailsInAttributes(),
 	)
