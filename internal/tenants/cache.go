@@ -10,8 +10,15 @@ import (
 // Authenticator resolves secret keys to tenants, remembering known keys for
 // a short TTL: authentication is on every request's path, and a database
 // round trip per request for an answer that almost never changes is the
-// largest avoidable cost of a replay. The price is that a key deleted from
-// api_keys keeps working in each process for up to TTL.
+// largest avoidable cost of a replay.
+//
+// A revoked key must stop working at once, not after the TTL: a
+// RevocationListener attached to the Authenticator drops a key from the
+// cache as soon as its revocation commits, in every process. The TTL stays
+// as the fallback for what the listener cannot see (a connection lost
+// without the client noticing). While a listener is attached but not
+// listening, revocations could pass unheard, so the cache is not used at
+// all; without a listener (tests, tools) the cache is TTL-only.
 //
 // Unknown keys are never cached, so a caller cycling through garbage keys
 // cannot fill the cache; it is also bounded by MaxEntries.
@@ -21,7 +28,15 @@ type Authenticator struct {
 	now func() time.Time
 
 	mu      sync.Mutex
-	entries map[[sha256.Size]byte]cached
+	entries map[keyHash]cached
+	// gen counts invalidations. A lookup stores its answer only if no
+	// invalidation happened since it began: otherwise a lookup that read
+	// the key just before its revocation committed could store it just
+	// after the eviction, and the revoked key would work for a whole TTL.
+	gen uint64
+	// bypass is set while an attached listener is not listening: the
+	// cache is neither read nor filled.
+	bypass bool
 }
 
 type cached struct {
@@ -34,7 +49,7 @@ const MaxEntries = 10_000
 
 // NewAuthenticator returns an Authenticator on q; ttl 0 disables caching.
 func NewAuthenticator(q DBTX, ttl time.Duration) *Authenticator {
-	return &Authenticator{q: q, ttl: ttl, now: time.Now, entries: map[[sha256.Size]byte]cached{}}
+	return &Authenticator{q: q, ttl: ttl, now: time.Now, entries: map[keyHash]cached{}}
 }
 
 // Authenticate is the package's Authenticate, cached.
@@ -43,6 +58,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (Tenant
 	now := a.now()
 	a.mu.Lock()
 	c, ok := a.entries[sum]
+	gen := a.gen
 	a.mu.Unlock()
 	if ok && now.Before(c.expires) {
 		return c.tenant, nil
@@ -52,10 +68,38 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (Tenant
 		return t, err
 	}
 	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.gen != gen || a.bypass {
+		return t, nil
+	}
 	if len(a.entries) >= MaxEntries {
-		a.entries = map[[sha256.Size]byte]cached{}
+		a.entries = map[keyHash]cached{}
 	}
 	a.entries[sum] = cached{tenant: t, expires: now.Add(a.ttl)}
-	a.mu.Unlock()
 	return t, nil
+}
+
+// Caching reports whether the cache is in use: false while an attached
+// RevocationListener is not listening.
+func (a *Authenticator) Caching() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return !a.bypass && a.ttl > 0
+}
+
+// forget drops one key (by the SHA-256 of its secret) from the cache.
+func (a *Authenticator) forget(h keyHash) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.entries, h)
+	a.gen++
+}
+
+// forgetAll empties the cache; bypass says whether to use it from now on.
+func (a *Authenticator) forgetAll(bypass bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	clear(a.entries)
+	a.gen++
+	a.bypass = bypass
 }

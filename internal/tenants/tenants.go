@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// ErrUnauthorized: no key, or a key that matches no tenant.
+// ErrUnauthorized: no key, a key that matches no tenant, or a revoked key.
 var ErrUnauthorized = errors.New("unauthorized")
 
 // Tenant is an account; every key and charge belongs to one.
@@ -28,11 +28,18 @@ type Tenant struct {
 type DBTX interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // secretPrefix marks phasepay secret keys, so that leaked ones are easy to
 // recognise (and to scan for).
 const secretPrefix = "sk_"
+
+// PrefixLen is how many characters of a secret are stored and listed, to
+// tell keys apart: "sk_" and 5 hex digits. The contract allows at most 8, so
+// that no useful part of a secret is ever shown; the table enforces it
+// (api_keys_prefix_length).
+const PrefixLen = 8
 
 // upsertTenantSQL returns the tenant's id whether or not it existed. The
 // no-op update makes RETURNING yield the existing row on conflict.
@@ -57,17 +64,20 @@ func CreateKey(ctx context.Context, q DBTX, tenantName string) (Tenant, string, 
 	_, _ = rand.Read(raw) // never fails (crypto/rand)
 	secret := secretPrefix + hex.EncodeToString(raw)
 	sum := sha256.Sum256([]byte(secret))
-	if _, err := q.Exec(ctx, insertKeySQL, t.ID, sum[:], secret[:len(secretPrefix)+6]); err != nil {
+	if _, err := q.Exec(ctx, insertKeySQL, t.ID, sum[:], secret[:PrefixLen]); err != nil {
 		return Tenant{}, "", fmt.Errorf("create key for %q: %w", tenantName, err)
 	}
 	return t, secret, nil
 }
 
+// authenticateSQL finds the tenant of a key that is not revoked. A revoked
+// key's row stays (RevokeKey), so the filter is what refuses it.
 const authenticateSQL = `
-SELECT t.id, t.name FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.key_hash = $1`
+SELECT t.id, t.name FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+ WHERE k.key_hash = $1 AND k.revoked_at IS NULL`
 
 // Authenticate returns the tenant a secret key belongs to, or
-// ErrUnauthorized. The lookup is by hash: the secret never reaches the
+// ErrUnauthorized (also for a revoked key). The lookup is by hash: the secret never reaches the
 // database, and a comparison timing leaks nothing of a stored secret.
 func Authenticate(ctx context.Context, q DBTX, secret string) (Tenant, error) {
 	if !strings.HasPrefix(secret, secretPrefix) {
