@@ -1,9 +1,12 @@
 // Command chaos runs phasepay's chaos harness (internal/chaos): workers
-// killed and frozen mid-phase under PSP faults, then every intent checked
-// for exactly-once. It prints a summary table, writes it as JSON, and exits
-// 1 on any violation.
+// killed and frozen mid-phase under PSP faults, and PostgreSQL (a
+// throw-away cluster of the run's own) stopped immediately and started
+// again during the load; then every intent checked for exactly-once and
+// every api and reaper for having survived. It prints a summary table and
+// a one-line verdict, writes the summary as JSON, and exits 1 on any
+// violation.
 //
-//	chaos [-seed 1] [-intents 2000] [-concurrency 24] [-json bench/results/chaos.json]
+//	chaos [-seed 1] [-intents 2000] [-concurrency 24] [-db-restarts 3] [-json bench/results/chaos.json]
 package main
 
 import (
@@ -41,8 +44,12 @@ func run() int {
 	fs.Float64Var(&cfg.ErrorRate, "psp-error-rate", 0.05, "mock PSP 503 rate")
 	fs.Float64Var(&cfg.DropRate, "psp-drop-rate", 0.05, "mock PSP dropped-response rate")
 	fs.Float64Var(&cfg.CrashProbability, "crash", 0.02, "crash probability at each crash point")
-	fs.BoolVar(&cfg.KeepDatabase, "keep-db", false, "keep the run's database")
-	admin := fs.String("admin-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL to create the run's database on")
+	fs.IntVar(&cfg.DBRestarts, "db-restarts", 3, "immediate PostgreSQL restarts during the load, on a throw-away cluster of the run's own (0: none, a database on -admin-url instead)")
+	fs.DurationVar(&cfg.DBDown, "db-down", 3*time.Second, "mean time the database stays down per restart")
+	fs.DurationVar(&cfg.RecoverWithin, "recover-within", 20*time.Second, "after each database restart, every api must answer /readyz 200 and every reaper reconnect within this")
+	fs.StringVar(&cfg.PGBinDir, "pg-bin", "", "directory with initdb and postgres for the throw-away cluster (default $PGCLUSTER_BIN, else /usr/lib/postgresql/15/bin)")
+	fs.BoolVar(&cfg.KeepDatabase, "keep-db", false, "keep the run's database (with -db-restarts 0 only)")
+	admin := fs.String("admin-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL to create the run's database on (with -db-restarts 0)")
 	jsonPath := fs.String("json", "", "write the summary as JSON to this file")
 	binDir := fs.String("bin", "", "directory with api, reaper and mockpsp built with -tags chaos (default: build them)")
 	tags := fs.String("tags", "", "extra build tags (e.g. defect_fresh_psp_key, to see the harness fail)")
@@ -83,6 +90,7 @@ func run() int {
 		return 1
 	}
 	fmt.Print(sum.Table())
+	fmt.Println(sum.Line())
 	if *jsonPath != "" {
 		b, _ := json.MarshalIndent(sum, "", "  ")
 		if err := os.MkdirAll(filepath.Dir(*jsonPath), 0o755); err == nil {

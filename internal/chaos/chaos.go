@@ -3,8 +3,10 @@
 // charge intents through the retrying client from concurrent goroutines
 // spread over the workers, and meanwhile SIGKILLs and SIGSTOP/SIGCONTs
 // random workers (and, in binaries built with the chaos tag, crashes them at
-// every phase boundary). At the end it checks, from the database and the
-// PSP's own ledger, that every intent was done exactly once.
+// every phase boundary) and, on a PostgreSQL cluster of its own, stops the
+// database immediately and starts it again. At the end it checks, from the
+// database and the PSP's own ledger, that every intent was done exactly
+// once, and that no api or reaper exited except when the harness killed it.
 //
 // It is honest (a deliberately broken build makes it report violations:
 // see TestHarnessCatchesFreshPSPKeyDefect), repeatable (every random choice
@@ -23,6 +25,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -35,6 +38,7 @@ import (
 
 	"github.com/phasepay/phasepay/client"
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/pgcluster"
 )
 
 // Config configures a run. Zero fields take the defaults noted.
@@ -66,14 +70,32 @@ type Config struct {
 	// BinDir holds api, reaper and mockpsp built by Build.
 	BinDir string
 	// AdminURL is a PostgreSQL connection string on which the run creates
-	// (and afterwards drops) a fresh database.
+	// (and afterwards drops) a fresh database. Unused when DBRestarts > 0.
 	AdminURL string
+	// DBRestarts is how many times PostgreSQL is stopped immediately (as a
+	// crash would) and started again during the load. 0: none, and the run
+	// uses a database on AdminURL. Otherwise the run creates a throw-away
+	// cluster of its own (internal/pgcluster, binaries in PGBinDir) and
+	// removes it at the end: a server other processes use is never
+	// restarted.
+	DBRestarts int
+	// DBDown is the mean time the database stays down per restart (drawn
+	// between half and one and a half times it). Default 3s.
+	DBDown time.Duration
+	// RecoverWithin bounds how long after the database is back every api
+	// must answer /readyz 200 and every reaper be connected again, without
+	// being restarted. Default 20s.
+	RecoverWithin time.Duration
+	// PGBinDir holds initdb and postgres for the throw-away cluster.
+	// Default: pgcluster's ($PGCLUSTER_BIN, else PostgreSQL 15's on Debian).
+	PGBinDir string
 	// MaxElapsed bounds each intent's retries. Default 2m.
 	MaxElapsed time.Duration
 	// Progress, if set, receives a progress line every ProgressEvery.
 	Progress      io.Writer
 	ProgressEvery time.Duration
-	// KeepDatabase leaves the run's database for inspection.
+	// KeepDatabase leaves the run's database on AdminURL for inspection.
+	// A throw-away cluster (DBRestarts > 0) is always removed.
 	KeepDatabase bool
 }
 
@@ -91,6 +113,8 @@ func (c *Config) defaults() {
 	c.CrashProbability = cmp.Or(c.CrashProbability, 0.02)
 	c.MaxElapsed = cmp.Or(c.MaxElapsed, 2*time.Minute)
 	c.ProgressEvery = cmp.Or(c.ProgressEvery, 5*time.Second)
+	c.DBDown = cmp.Or(c.DBDown, 3*time.Second)
+	c.RecoverWithin = cmp.Or(c.RecoverWithin, 20*time.Second)
 }
 
 // Summary is what a run did and found.
@@ -104,6 +128,10 @@ type Summary struct {
 	Kills          int            `json:"kills"`
 	Pauses         int            `json:"pauses"`
 	Restarts       int            `json:"restarts"`
+	DBRestarts     int            `json:"db_restarts"`
+	DBDown         string         `json:"db_down_total"`
+	DBMaxRecovery  string         `json:"db_max_recovery"`
+	UnplannedExits int            `json:"unplanned_exits"`
 	CrashPoints    map[string]int `json:"crash_points"`
 	Takeovers      int64          `json:"takeovers"`
 	PSPErrors      int            `json:"psp_errors_injected"`
@@ -130,12 +158,32 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	rnd := rand.New(rand.NewPCG(cfg.Seed, 0x70706179))
 	sum := &Summary{Seed: cfg.Seed, Intents: cfg.Intents, CrashPoints: map[string]int{}}
 
-	dbURL, dropDB, err := createDatabase(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if !cfg.KeepDatabase {
-		defer dropDB()
+	var (
+		dbURL   string
+		cluster *pgcluster.Cluster
+	)
+	if cfg.DBRestarts > 0 {
+		// Closed last (deferred first): every process is stopped before
+		// its database goes, also when Run fails or ctx is cancelled.
+		var err error
+		if cluster, err = pgcluster.New(ctx, pgcluster.Config{BinDir: cfg.PGBinDir}); err != nil {
+			return nil, err
+		}
+		defer cluster.Close() //nolint:errcheck // the directory goes either way
+		if dbURL, err = cluster.CreateDatabase(ctx, "phasepay_chaos"); err != nil {
+			return nil, err
+		}
+	} else {
+		var (
+			dropDB func()
+			err    error
+		)
+		if dbURL, dropDB, err = createDatabase(ctx, cfg); err != nil {
+			return nil, err
+		}
+		if !cfg.KeepDatabase {
+			defer dropDB()
+		}
 	}
 	bin := func(name string) string { return filepath.Join(cfg.BinDir, name) }
 	if _, err := runOnce(ctx, bin("api"), map[string]string{"DATABASE_URL": dbURL}, "migrate"); err != nil {
@@ -166,8 +214,10 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, fmt.Errorf("mock psp: %w\n%s", err, mock.logText())
 	}
 
-	// The workers, each restarted whenever it dies, and the reapers.
-	common := map[string]string{"DATABASE_URL": dbURL, "PSP_URL": pspURL, "LEASE": cfg.Lease.String()}
+	// The workers, each restarted whenever it dies, and the reapers. Each
+	// process's connections carry its name (application_name), so the
+	// harness can see in pg_stat_activity who reconnected after a restart.
+	common := map[string]string{"PSP_URL": pspURL, "LEASE": cfg.Lease.String()}
 	crash := fmt.Sprintf("after_claim=%[1]v,after_charge_created=%[1]v,after_psp_call=%[1]v,after_psp_authorized=%[1]v", cfg.CrashProbability)
 	workers := make([]*process, cfg.Workers)
 	bases := make([]string, cfg.Workers)
@@ -181,6 +231,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			"PHASEPAY_CHAOS_CRASH": crash,
 			"PHASEPAY_CHAOS_SEED":  fmt.Sprint(cfg.Seed*100 + uint64(i)),
 			"ONE_COMMIT_PER_PHASE": fmt.Sprint(i == 0),
+			"DATABASE_URL":         withApplicationName(dbURL, fmt.Sprintf("api-%d", i)),
 		}
 		for k, v := range common {
 			env[k] = v
@@ -203,12 +254,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 	}
 	reapers := make([]*process, cfg.Reapers)
+	reaperNames := make([]string, cfg.Reapers)
 	for i := range reapers {
-		env := map[string]string{"REAPER_INTERVAL": "200ms"}
+		reaperNames[i] = fmt.Sprintf("reaper-%d", i)
+		env := map[string]string{"REAPER_INTERVAL": "200ms", "DATABASE_URL": withApplicationName(dbURL, reaperNames[i])}
 		for k, v := range common {
 			env[k] = v
 		}
-		reapers[i] = newProcess(fmt.Sprintf("reaper-%d", i), bin("reaper"), env)
+		reapers[i] = newProcess(reaperNames[i], bin("reaper"), env)
 		if err := reapers[i].start(); err != nil {
 			return nil, err
 		}
@@ -220,7 +273,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 	}()
 
-	pool, err := pgxpool.New(ctx, dbURL)
+	pool, err := pgxpool.New(ctx, withApplicationName(dbURL, "chaos-harness"))
 	if err != nil {
 		return nil, err
 	}
@@ -301,6 +354,16 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		wg.Wait()
 	}()
 
+	// The database's restarts, on a schedule of their own.
+	db := &dbChaos{cluster: cluster, cfg: &cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x64627273)),
+		dbURL: dbURL, bases: bases, reapers: reaperNames}
+	dbDone := make(chan error, 1)
+	if cluster != nil {
+		go func() { dbDone <- db.run(ctx, &finished, clientsDone, cfg.Progress) }()
+	} else {
+		dbDone <- nil
+	}
+
 	// The chaos controller.
 	chaosDone := make(chan struct{})
 	go func() {
@@ -316,8 +379,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 				return
 			case <-progress.C:
 				if cfg.Progress != nil {
-					fmt.Fprintf(cfg.Progress, "progress: %d/%d intents final, %d kills, %d pauses, %s\n",
-						finished.Load(), cfg.Intents, sum.Kills, sum.Pauses, time.Since(start).Truncate(time.Second))
+					fmt.Fprintf(cfg.Progress, "progress: %d/%d intents final, %d kills, %d pauses, %d database restarts, %s\n",
+						finished.Load(), cfg.Intents, sum.Kills, sum.Pauses, db.restarts.Load(), time.Since(start).Truncate(time.Second))
 				}
 				continue
 			case <-time.After(wait):
@@ -348,6 +411,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 	<-clientsDone
 	<-chaosDone
+	if err := <-dbDone; err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted: %w", err)
+	}
+	// Connections idle in the pool died with each restart.
+	pool.Reset()
 	// Let the reapers finish what the last kills abandoned.
 	settle := time.Now().Add(3*cfg.Lease + 10*time.Second)
 	for time.Now().Before(settle) {
@@ -368,8 +439,22 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		countCrashPoints(w.logText(), sum.CrashPoints)
 	}
 	sum.Violations = append(sum.Violations, monoFaults...)
+	sum.DBRestarts = int(db.restarts.Load())
+	db.mu.Lock()
+	sum.DBDown, sum.DBMaxRecovery = db.down.Truncate(time.Millisecond).String(), db.maxRecovery.Truncate(time.Millisecond).String()
+	sum.Violations = append(sum.Violations, db.violations...)
+	db.mu.Unlock()
+
 	if err := verify(ctx, pool, pspURL, transport, apiKey, intents, sum); err != nil {
 		return nil, err
+	}
+	// After the replays, so a process that dies by itself at any point
+	// before the harness stops it is counted; the stop itself is planned.
+	for _, p := range append(slices.Clone(workers), reapers...) {
+		for _, e := range p.unplannedExits() {
+			sum.UnplannedExits++
+			sum.Violations = append(sum.Violations, "unplanned exit: "+e)
+		}
 	}
 	sum.Duration = time.Since(start).Truncate(time.Millisecond).String()
 	return sum, nil
@@ -496,6 +581,10 @@ func (s *Summary) Table() string {
 	row("workers killed (SIGKILL)", s.Kills)
 	row("workers paused (SIGSTOP)", s.Pauses)
 	row("worker restarts", s.Restarts)
+	row("database restarts (immediate)", s.DBRestarts)
+	row("  database down in total", s.DBDown)
+	row("  slowest recovery of all procs", s.DBMaxRecovery)
+	row("unplanned exits (api, reaper)", s.UnplannedExits)
 	points := make([]string, 0, len(s.CrashPoints))
 	for p := range s.CrashPoints {
 		points = append(points, p)
@@ -515,4 +604,16 @@ func (s *Summary) Table() string {
 		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
 	}
 	return b.String()
+}
+
+// Line is the summary in one line: the verdict and the numbers that make it.
+func (s *Summary) Line() string {
+	verdict := "PASS"
+	if len(s.Violations) > 0 {
+		verdict = "FAIL"
+	}
+	return fmt.Sprintf("chaos %s: seed %d, %d/%d intents final (%d authorized, %d declined), %d PSP authorizations, "+
+		"%d kills, %d pauses, %d database restarts, %d unplanned exits, %d replays checked, %d violations, %s",
+		verdict, s.Seed, s.Authorized+s.Declined, s.Intents, s.Authorized, s.Declined, s.Authorizations,
+		s.Kills, s.Pauses, s.DBRestarts, s.UnplannedExits, s.Replays, len(s.Violations), s.Duration)
 }

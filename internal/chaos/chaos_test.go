@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,6 +19,7 @@ import (
 // binaries builds, once per test binary, the chaos build and the defective
 // one; concurrently, since each is three go builds.
 var binaries = sync.OnceValues(func() (map[string]string, error) {
+	built.Store(true)
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		return nil, err
@@ -47,8 +50,15 @@ var binaries = sync.OnceValues(func() (map[string]string, error) {
 	return dirs, nil
 })
 
+// built says binaries ran, so TestMain does not build only to clean up
+// when the tests that need them were not run.
+var built atomic.Bool
+
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if !built.Load() {
+		os.Exit(code)
+	}
 	if dirs, err := binaries(); err == nil {
 		os.RemoveAll(filepath.Dir(dirs["chaos"]))
 	}
@@ -56,8 +66,10 @@ func TestMain(m *testing.M) {
 }
 
 // A short seeded run of the harness: workers killed and frozen at random
-// and crashed at phase boundaries, under PSP faults; every intent must be
-// done exactly once.
+// and crashed at phase boundaries, under PSP faults, and the database (a
+// throw-away cluster of the run's own) stopped immediately and started
+// again mid-load; every intent must be done exactly once, and every api
+// and reaper must ride the restart out without exiting.
 func TestChaosShortRun(t *testing.T) {
 	t.Parallel()
 	dirs, err := binaries()
@@ -67,16 +79,19 @@ func TestChaosShortRun(t *testing.T) {
 		Intents:          150,
 		Concurrency:      12,
 		CrashProbability: 0.03,
+		DBRestarts:       1,
+		DBDown:           2 * time.Second,
 		BinDir:           dirs["chaos"],
-		AdminURL:         testdb.Admin(t),
 	})
 	require.NoError(t, err)
-	t.Logf("\n%s", sum.Table())
+	t.Logf("\n%s\n%s", sum.Table(), sum.Line())
 	require.Empty(t, sum.Violations)
 	require.Equal(t, 150, sum.Authorized+sum.Declined)
 	require.Positive(t, sum.Kills+sum.Pauses)
 	require.Positive(t, sum.Takeovers)
 	require.Equal(t, 150, sum.Replays)
+	require.Equal(t, 1, sum.DBRestarts)
+	require.Zero(t, sum.UnplannedExits)
 }
 
 // Proof that the harness can fail: a build whose PSP key is fresh on every

@@ -30,19 +30,28 @@ func Build(ctx context.Context, moduleDir, dir string, extraTags ...string) erro
 }
 
 // process is one supervised binary: restarted after it dies until stop.
+//
+// Every exit is either planned — the harness killed it (signal SIGKILL, or
+// stop), or it crashed itself at a chaos crash point, which it logs first —
+// or unplanned: it exited by itself, e.g. because the database went away.
+// Unplanned exits are violations; the supervisor still restarts the
+// process so the run can go on and show everything else it finds.
 type process struct {
 	name string
 	bin  string
 	args []string
 	env  []string
 
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	done     chan struct{}
-	logs     bytes.Buffer // every incarnation's stderr
-	restarts int
-	stopped  bool
-	paused   bool
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	done      chan struct{}
+	logs      bytes.Buffer // every incarnation's stderr
+	logStart  int          // where the current incarnation's output starts in logs
+	killed    bool         // the harness sent the current incarnation SIGKILL
+	restarts  int
+	stopped   bool
+	paused    bool
+	unplanned []string // one line per unplanned exit: how, and its last log lines
 }
 
 func newProcess(name, bin string, env map[string]string, args ...string) *process {
@@ -71,9 +80,46 @@ func (p *process) start() error {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	p.cmd, p.done, p.paused = cmd, done, false
+	p.cmd, p.done, p.paused, p.killed, p.logStart = cmd, done, false, false, p.logs.Len()
+	go func() {
+		// Wait returns after the output is copied, so the incarnation's
+		// last words are in logs when it is judged.
+		_ = cmd.Wait()
+		p.judgeExit(cmd.ProcessState)
+		close(done)
+	}()
 	return nil
+}
+
+// judgeExit records an exit the harness did not cause.
+func (p *process) judgeExit(st *os.ProcessState) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.logs.String()[p.logStart:]
+	ws, _ := st.Sys().(syscall.WaitStatus)
+	sigkill := ws.Signaled() && ws.Signal() == syscall.SIGKILL
+	switch {
+	case p.stopped:
+		return // stop: the end of the run
+	case p.killed && sigkill:
+		return // a kill of the harness's
+	case sigkill && strings.Contains(out, `"msg":"chaos crash"`):
+		return // a crash point of the chaos build
+	}
+	p.unplanned = append(p.unplanned, fmt.Sprintf("%s (pid %d) exited by itself at %s: %s; last output: %s",
+		p.name, st.Pid(), time.Now().UTC().Format("15:04:05.000"), st, lastLines(out, 3)))
+}
+
+// unplannedExits returns the unplanned exits so far.
+func (p *process) unplannedExits() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.unplanned...)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
 }
 
 // supervise restarts the process whenever it exits, until stop.
@@ -116,6 +162,8 @@ func (p *process) signal(sig syscall.Signal) {
 	}
 	_ = p.cmd.Process.Signal(sig)
 	switch sig {
+	case syscall.SIGKILL:
+		p.killed = true
 	case syscall.SIGSTOP:
 		p.paused = true
 	case syscall.SIGCONT:

@@ -1,0 +1,172 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/phasepay/phasepay/internal/pgcluster"
+)
+
+// dbChaos takes the database away from the running api and reaper
+// processes: it stops the run's own cluster immediately (as a crash
+// would), keeps it down a few seconds, and starts it again, Config.DBRestarts
+// times spread over the load. After each start it checks that every
+// process came back by itself within Config.RecoverWithin: every api
+// answers /readyz 200, and every reaper has connected again (seen in
+// pg_stat_activity under its application_name, which a restart empties).
+// A process that exits instead is caught by the supervisor (an unplanned
+// exit); one that stays up but never recovers is caught here.
+type dbChaos struct {
+	cluster *pgcluster.Cluster
+	cfg     *Config
+	rnd     *rand.Rand
+	dbURL   string   // the run's database, for the harness's own checks
+	bases   []string // the api workers' base URLs, by worker index
+	reapers []string // the reapers' application names
+
+	restarts    atomic.Int64
+	mu          sync.Mutex
+	down        time.Duration // total time the database was down
+	maxRecovery time.Duration
+	violations  []string
+}
+
+// run performs the restarts. The k-th of n waits until k/(n+1) of the
+// intents are final, so every restart falls in the middle of the load
+// however fast the run goes, and the last one still has intents after it.
+// It returns an error only when the cluster itself cannot be restarted.
+func (d *dbChaos) run(ctx context.Context, finished *atomic.Int64, clientsDone <-chan struct{}, progress io.Writer) error {
+	n := d.cfg.DBRestarts
+	for k := 1; k <= n; k++ {
+		threshold := int64(k * d.cfg.Intents / (n + 1))
+		for finished.Load() < threshold {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-clientsDone:
+				d.violate("only %d of %d database restarts happened during the load: the intents finished first", k-1, n)
+				return nil
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		down := time.Duration(float64(d.cfg.DBDown) * (0.5 + d.rnd.Float64()))
+		stopped := time.Now()
+		if err := d.cluster.Stop(); err != nil {
+			return fmt.Errorf("database restart %d: %w", k, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(down):
+		}
+		if err := d.cluster.Start(ctx); err != nil {
+			return fmt.Errorf("database restart %d: %w", k, err)
+		}
+		up := time.Now()
+		d.restarts.Add(1)
+		rec, notRecovered := d.awaitRecovery(ctx, up)
+		d.mu.Lock()
+		d.down += up.Sub(stopped)
+		d.maxRecovery = max(d.maxRecovery, rec)
+		d.mu.Unlock()
+		if len(notRecovered) > 0 {
+			d.violate("database restart %d: not recovered %s after the database was back: %s",
+				k, d.cfg.RecoverWithin, strings.Join(notRecovered, "; "))
+		}
+		if progress != nil {
+			fmt.Fprintf(progress, "database restart %d/%d: down %s, every process recovered in %s\n",
+				k, n, up.Sub(stopped).Truncate(time.Millisecond), rec.Truncate(time.Millisecond))
+		}
+	}
+	return nil
+}
+
+// awaitRecovery polls until every api is ready and every reaper connected,
+// or RecoverWithin passes; it returns how long that took and, if it did
+// not happen, what was still missing.
+func (d *dbChaos) awaitRecovery(ctx context.Context, up time.Time) (time.Duration, []string) {
+	hc := &http.Client{Timeout: time.Second}
+	defer hc.CloseIdleConnections()
+	var missing []string
+	for {
+		missing = missing[:0]
+		for i, base := range d.bases {
+			if status, err := getStatus(ctx, hc, base+"/readyz"); status != http.StatusOK {
+				missing = append(missing, fmt.Sprintf("api-%d /readyz: %d %v", i, status, err))
+			}
+		}
+		connected, err := d.applicationNames(ctx)
+		for _, name := range d.reapers {
+			if !slices.Contains(connected, name) {
+				missing = append(missing, fmt.Sprintf("%s has no connection to the database (pg_stat_activity: %v, %v)", name, connected, err))
+			}
+		}
+		took := time.Since(up)
+		if len(missing) == 0 || ctx.Err() != nil || took > d.cfg.RecoverWithin {
+			return took, missing
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// applicationNames lists who is connected to the run's database now, on a
+// connection of its own (a pooled one may be a casualty of the restart).
+func (d *dbChaos) applicationNames(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, withApplicationName(d.dbURL, "chaos-harness"))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, `SELECT DISTINCT application_name FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+func (d *dbChaos) violate(format string, args ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.violations = append(d.violations, fmt.Sprintf(format, args...))
+}
+
+func getStatus(ctx context.Context, hc *http.Client, u string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// withApplicationName names a process's connections, so pg_stat_activity
+// tells which process is connected.
+func withApplicationName(dbURL, name string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return dbURL
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
