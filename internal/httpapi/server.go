@@ -42,6 +42,10 @@ type Config struct {
 	// the database again; a deleted key keeps working that long. Default
 	// 30s; negative disables the cache.
 	AuthCacheTTL time.Duration
+	// Authenticator, if set, replaces the one built from Pool and
+	// AuthCacheTTL: the api passes one kept true to revocations by a
+	// tenants.RevocationListener.
+	Authenticator *tenants.Authenticator
 }
 
 // NewHandler returns the service's http.Handler.
@@ -55,7 +59,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.AuthCacheTTL == 0 {
 		cfg.AuthCacheTTL = 30 * time.Second
 	}
-	s := &server{cfg: cfg, log: cfg.Logger, auth: tenants.NewAuthenticator(cfg.Pool, cfg.AuthCacheTTL)}
+	s := &server{cfg: cfg, log: cfg.Logger, auth: cfg.Authenticator}
+	if s.auth == nil {
+		s.auth = tenants.NewAuthenticator(cfg.Pool, cfg.AuthCacheTTL)
+	}
 
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics, nameSpan)
@@ -72,6 +79,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		r.Use(s.authenticate, limitBody)
 		r.Post("/charges", s.createCharge)
 		r.Get("/charges/{id}", s.getCharge)
+		r.Get("/idempotency_keys", s.listKeys)
+		r.Get("/idempotency_keys/*", s.getKey)
 	})
 	// Outermost, so the request's span is in the context of everything
 	// below, the request log line included. It extracts the caller's W3C
