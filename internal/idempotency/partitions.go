@@ -13,20 +13,84 @@ import (
 // created ahead of the clock; one more day behind covers a clock that lags.
 const PartitionsAhead = 4
 
+// MaintenanceLockTimeout is the lock_timeout of the partition maintenance
+// statements that may take a lock a claim would queue behind: ATTACH with a
+// DEFAULT partition present (ACCESS EXCLUSIVE on the DEFAULT partition) and
+// a plain DETACH (ACCESS EXCLUSIVE on the parent, used only beside a DEFAULT
+// partition). While such a statement waits for a long reader, every claim
+// and lookup queues behind it: this bounds that queue. A statement that
+// gives up is retried by the next maintenance pass (partitions are kept
+// PartitionsAhead days ahead, so a missed pass costs nothing).
+const MaintenanceLockTimeout = 500 * time.Millisecond
+
+// Beginner is what partition maintenance runs on: a *pgxpool.Pool or a
+// *pgx.Conn. Its statements open transactions of their own (to scope
+// SET LOCAL) or must run outside any (DETACH … CONCURRENTLY).
+type Beginner interface {
+	DBTX
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // ensurePartitionsSQL creates the missing daily partitions from yesterday to
-// PartitionsAhead days on (UTC), by the database's clock.
+// PartitionsAhead days on (UTC), by the database's clock: standalone tables
+// attached with ATTACH PARTITION (migrations/00006), never CREATE TABLE …
+// PARTITION OF, whose ACCESS EXCLUSIVE lock on the parent would stall every
+// claim behind any long reader.
 const ensurePartitionsSQL = `
 SELECT idempotency_keys_ensure_partitions((phasepay_now() AT TIME ZONE 'UTC')::date - 1, $1 + 1)`
 
+// setLockTimeoutSQL scopes a lock_timeout to the current transaction.
+const setLockTimeoutSQL = `SELECT set_config('lock_timeout', $1, true)`
+
 // EnsurePartitions creates the partitions that inserts will need soon and
 // returns how many it created. The API runs it at start and the reaper on
-// every pass, so an insert never fails for want of a partition.
-func EnsurePartitions(ctx context.Context, q DBTX) (int, error) {
+// every maintenance pass, so an insert never fails for want of a partition.
+// A day whose rows already sit in a DEFAULT partition is skipped, not an
+// error (see migrations/00006); MissingDays lists such days.
+func EnsurePartitions(ctx context.Context, db Beginner) (int, error) {
 	var created int
-	if err := q.QueryRow(ctx, ensurePartitionsSQL, PartitionsAhead).Scan(&created); err != nil {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, setLockTimeoutSQL, lockTimeoutSetting(MaintenanceLockTimeout)); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, ensurePartitionsSQL, PartitionsAhead).Scan(&created)
+	})
+	if err != nil {
 		return 0, fmt.Errorf("ensure partitions: %w", err)
 	}
 	return created, nil
+}
+
+// missingDaysSQL lists the days from yesterday to PartitionsAhead days on
+// that have no attached partition of their own.
+const missingDaysSQL = `
+SELECT d::date
+  FROM generate_series((phasepay_now() AT TIME ZONE 'UTC')::date - 1,
+                       (phasepay_now() AT TIME ZONE 'UTC')::date + $1::int - 1, interval '1 day') d
+ WHERE NOT EXISTS (
+       SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'idempotency_keys'::regclass
+          AND c.relname = 'idempotency_keys_p' || to_char(d, 'YYYYMMDD'))
+ ORDER BY 1`
+
+// MissingDays returns the days (UTC midnights) EnsurePartitions should have
+// partitioned and has not: days whose keys sit in an operator's DEFAULT
+// partition, or days a failed maintenance pass left behind. The reaper and
+// the api log them as warnings; docs/operations.md says how to repair.
+func MissingDays(ctx context.Context, q DBTX) ([]time.Time, error) {
+	rows, err := q.Query(ctx, missingDaysSQL, PartitionsAhead)
+	if err != nil {
+		return nil, fmt.Errorf("missing partitions: %w", err)
+	}
+	days, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return nil, fmt.Errorf("missing partitions: %w", err)
+	}
+	return days, nil
+}
+
+func lockTimeoutSetting(d time.Duration) string {
+	return fmt.Sprintf("%dms", d.Milliseconds())
 }
 
 // PartitionReport says what a retention pass did.
@@ -79,9 +143,14 @@ SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = 'idempotency
 // later.)
 //
 // q must not be in a transaction: DETACH … CONCURRENTLY cannot run in one.
-// If ctx ends during a concurrent detach, the partition is left "detach
-// pending", which the next call finishes with FINALIZE.
-func DropExpiredPartitions(ctx context.Context, q DBTX, retention time.Duration) (PartitionReport, error) {
+// If ctx ends during a concurrent detach, or its wait for older
+// transactions outlasts the session's lock_timeout or statement_timeout,
+// the partition is left "detach pending", which the next call finishes with
+// FINALIZE. A concurrent detach makes no claim wait, so the session's
+// timeouts may be generous (the reaper sets its maintenance timeout); the
+// plain DETACH used beside a DEFAULT partition is held to
+// MaintenanceLockTimeout whatever the session says.
+func DropExpiredPartitions(ctx context.Context, q Beginner, retention time.Duration) (PartitionReport, error) {
 	type part struct {
 		name                             string
 		expired, attached, detachPending bool
@@ -158,17 +227,25 @@ func keepReason(ctx context.Context, q DBTX, ident string, retention time.Durati
 	return "holds a key finished less than RETENTION ago; kept until " + until.UTC().Format(time.RFC3339), nil
 }
 
-func detach(ctx context.Context, q DBTX, ident string) error {
+func detach(ctx context.Context, q Beginner, ident string) error {
 	var hasDefault bool
 	if err := q.QueryRow(ctx, hasDefaultPartitionSQL).Scan(&hasDefault); err != nil {
 		return err
 	}
 	stmt := "ALTER TABLE idempotency_keys DETACH PARTITION " + ident
 	if !hasDefault {
-		stmt += " CONCURRENTLY"
+		_, err := q.Exec(ctx, stmt+" CONCURRENTLY")
+		return err
 	}
-	_, err := q.Exec(ctx, stmt)
-	return err
+	// ACCESS EXCLUSIVE on the parent: every claim queues behind it while it
+	// waits, so it waits briefly, and a later pass tries again.
+	return pgx.BeginFunc(ctx, q, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, setLockTimeoutSQL, lockTimeoutSetting(MaintenanceLockTimeout)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, stmt)
+		return err
+	})
 }
 
 // partitionsAheadSQL counts the attached partitions from today (UTC) on.

@@ -7,7 +7,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,12 +25,62 @@ const DatabaseURLDefault = "postgres://postgres@127.0.0.1:5432/phasepay?sslmode=
 // PoolMaxConnsDefault is the pool size when DATABASE_URL sets none.
 const PoolMaxConnsDefault = 32
 
-// OpenPool opens a pool on url whose queries are traced.
+// The server-side limits every connection of every phasepay process runs
+// under, unless DATABASE_URL sets its own (pgx passes an unknown URL
+// parameter such as statement_timeout=30s to the server as a setting).
+// docs/operations.md explains how they were chosen.
+const (
+	// StatementTimeoutDefault: every statement of a request or a reaper
+	// pass is an index probe or a small write; one that runs for seconds
+	// is stuck, and holding its locks and its client longer only spreads
+	// the stall. The partition maintenance session raises it for its own
+	// reads of whole partitions (see idempotency.MaintenanceSettings).
+	StatementTimeoutDefault = 5 * time.Second
+	// LockTimeoutDefault: no statement waits longer than this for a lock.
+	// Claims of one key serialise on an advisory lock held for a claim's
+	// few milliseconds, so a wait this long means a lock is held by
+	// something that is not a claim (DDL, an operator's session); failing
+	// with a retryable error beats queueing every request behind it.
+	LockTimeoutDefault = 2 * time.Second
+	// IdleInTransactionTimeoutDefault ends a session that sits in an open
+	// transaction: phasepay never holds one across a foreign call, so such
+	// a session is a bug or a stalled process, and its row locks would
+	// otherwise block its keys until someone kills it.
+	IdleInTransactionTimeoutDefault = 30 * time.Second
+	// ConnectTimeoutDefault bounds opening a connection (connect_timeout):
+	// a request facing an unreachable database answers 503 in well under
+	// the contract's 5 s instead of waiting on the kernel's TCP timeouts.
+	ConnectTimeoutDefault = 2 * time.Second
+)
+
+// ConfigurePool applies phasepay's connection limits to cfg (see the
+// constants above), keeping whatever connString set explicitly. OpenPool
+// calls it; tests that build their own pools may too.
+func ConfigurePool(cfg *pgxpool.Config, connString string) {
+	params := cfg.ConnConfig.RuntimeParams
+	for name, d := range map[string]time.Duration{
+		"statement_timeout":                   StatementTimeoutDefault,
+		"lock_timeout":                        LockTimeoutDefault,
+		"idle_in_transaction_session_timeout": IdleInTransactionTimeoutDefault,
+	} {
+		if _, set := params[name]; !set {
+			params[name] = strconv.FormatInt(d.Milliseconds(), 10)
+		}
+	}
+	if !strings.Contains(connString, "connect_timeout") {
+		cfg.ConnConfig.ConnectTimeout = ConnectTimeoutDefault
+	}
+}
+
+// OpenPool opens a pool on url whose queries are traced, with phasepay's
+// timeouts (ConfigurePool). It does not connect: a process started while
+// the database is down comes up, and its pool connects once it is back.
 func OpenPool(ctx context.Context, url string, tel *telemetry.Telemetry) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
+	ConfigurePool(cfg, url)
 	// pgxpool's default (4 connections on 2 cores) caps the transactions in
 	// flight, and with them group commit; unless DATABASE_URL says
 	// otherwise (pool_max_conns), allow as many as a busy API has requests.
