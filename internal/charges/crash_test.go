@@ -92,8 +92,10 @@ func TestResumeAfterCrashAtEveryPoint(t *testing.T) {
 }
 
 // The PSP answered, then the worker died before recording it: the worker
-// that takes over must call the PSP with the same key and get its first
-// answer, not a second authorization.
+// that takes over must find the first authorization, not make a second. It
+// looks the charge up by reference before sending anything, so the PSP
+// never even sees the request again (and a PSP that forgot the key in the
+// meantime could not authorize twice).
 func TestPSPCalledTwiceAfterTakeoverAuthorizesOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -110,7 +112,7 @@ func TestPSPCalledTwiceAfterTakeoverAuthorizesOnce(t *testing.T) {
 	auths := b.AuthorizationsFor(chargeID(t, res.Response))
 	require.Len(t, auths, 1)
 	require.Equal(t, first[0].ID, auths[0].ID)
-	require.Equal(t, 2, auths[0].Attempts)
+	require.Equal(t, 1, auths[0].Attempts, "found by lookup, not sent again")
 	require.Equal(t, charges.PSPKey(chargeID(t, res.Response)), auths[0].IdempotencyKey)
 }
 
@@ -123,14 +125,18 @@ type gatedAuthorizer struct {
 	released chan struct{}
 }
 
-func (g *gatedAuthorizer) Authorize(ctx context.Context, req psp.AuthorizeRequest) (psp.Authorization, error) {
+func (g *gatedAuthorizer) AuthorizeOutcome(ctx context.Context, req psp.AuthorizeRequest) (psp.Outcome, error) {
 	first := false
 	g.once.Do(func() { first = true })
 	if first {
 		close(g.entered)
 		<-g.released
 	}
-	return g.next.Authorize(ctx, req)
+	return g.next.AuthorizeOutcome(ctx, req)
+}
+
+func (g *gatedAuthorizer) Lookup(ctx context.Context, reference string) ([]psp.Authorization, error) {
+	return g.next.Lookup(ctx, reference)
 }
 
 // A worker stalls past its lease; another takes over and finishes. When the
@@ -170,9 +176,11 @@ func TestStaleWorkerCannotCommitAfterTakeover(t *testing.T) {
 	require.Len(t, b.AuthorizationsFor(chargeID(t, fresh.Response)), 1)
 }
 
-// A PSP outage releases the lease at charge_created: the client's retry
-// resumes at once (no wait for the lease) with the same charge.
-func TestPSPUnavailableReleasesLeaseForImmediateRetry(t *testing.T) {
+// A PSP outage releases the lease at charge_created and schedules the next
+// attempt: a client's retry before it is due is told when to come back and
+// calls nobody; once due, it resumes at once (no wait for a lease) with the
+// same charge.
+func TestPSPOutageIsRetriedOnSchedule(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
@@ -180,8 +188,8 @@ func TestPSPUnavailableReleasesLeaseForImmediateRetry(t *testing.T) {
 	svc := b.Service(t, 0, charges.Config{})
 
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
-	_, err := svc.Create(ctx, b.Tenant, "outage", req, params)
-	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
+	_, outageErr := svc.Create(ctx, b.Tenant, "outage", req, params)
+	require.ErrorIs(t, outageErr, charges.ErrPSPUnavailable)
 	rec, err := b.Keys.Lookup(ctx, b.Pool, b.Tenant, "outage")
 	require.NoError(t, err)
 	require.Equal(t, idempotency.StateStarted, rec.State)
@@ -189,9 +197,21 @@ func TestPSPUnavailableReleasesLeaseForImmediateRetry(t *testing.T) {
 	require.False(t, rec.Leased)
 	require.Equal(t, 1, rec.Attempts)
 	require.Empty(t, b.Mock.Authorizations())
+	var unavailable *charges.UnavailableError
+	require.ErrorAs(t, outageErr, &unavailable)
+	require.Equal(t, rec.ObjectID, unavailable.ChargeID, "the 503 names the charge that exists")
+	require.Positive(t, unavailable.RetryAfterSeconds())
 
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))
-	res, err := svc.Create(ctx, b.Tenant, "outage", req, params)
+	_, err = svc.Create(ctx, b.Tenant, "outage", req, params)
+	var wait *idempotency.WaitError
+	require.ErrorAs(t, err, &wait, "a retry before the next attempt is due waits")
+	require.Equal(t, rec.ObjectID, wait.ObjectID)
+	require.Empty(t, b.Mock.Authorizations(), "the (now healthy) PSP is not called before the attempt is due")
+
+	// Due: the retry resumes at once.
+	due := b.Service(t, 2*time.Second, charges.Config{})
+	res, err := due.Create(ctx, b.Tenant, "outage", req, params)
 	require.NoError(t, err)
 	require.Equal(t, charges.OutcomeTakeover, res.Outcome)
 	require.Equal(t, 201, res.Response.Status)

@@ -1,6 +1,9 @@
 package charges
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors of the charges service. Idempotency outcomes are
 // idempotency.ErrMismatch and idempotency.ErrInProgress.
@@ -11,3 +14,24 @@ var (
 	// The key was released at its last recovery point and resumes on retry.
 	ErrPSPUnavailable = errors.New("payment service provider unavailable")
 )
+
+// UnavailableError is ErrPSPUnavailable with what the client is told: the
+// charge that exists (if any) and when its next attempt is due. The key was
+// released at its last recovery point and its next attempt scheduled.
+type UnavailableError struct {
+	ChargeID   string
+	RetryAfter int
+	Cause      error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("%v: %v (next attempt in %ds)", ErrPSPUnavailable, e.Cause, e.RetryAfter)
+}
+
+func (e *UnavailableError) Unwrap() []error { return []error{ErrPSPUnavailable, e.Cause} }
+
+// RetryAfterSeconds is what the client is told to wait (Retry-After).
+func (e *UnavailableError) RetryAfterSeconds() int { return max(e.RetryAfter, 1) }
+
+// Object names the charge, once it exists.
+func (e *UnavailableError) Object() string { return e.ChargeID }

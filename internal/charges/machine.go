@@ -28,6 +28,7 @@
 package charges
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,9 +57,13 @@ const (
 // it to route a key it takes over back to this package.
 const Path = "/v1/charges"
 
-// Authorizer is the PSP as the state machine sees it (*psp.Client).
+// Authorizer is the PSP as the state machine sees it (*psp.Client):
+// AuthorizeOutcome makes one attempt (its own quick retries and lookups
+// included) and classifies the answer; Lookup reads what the PSP holds for
+// a charge, for an operator's resolution.
 type Authorizer interface {
-	Authorize(ctx context.Context, req psp.AuthorizeRequest) (psp.Authorization, error)
+	AuthorizeOutcome(ctx context.Context, req psp.AuthorizeRequest) (psp.Outcome, error)
+	Lookup(ctx context.Context, reference string) ([]psp.Authorization, error)
 }
 
 // Config configures a Service.
@@ -141,9 +146,12 @@ func (s *Service) Create(ctx context.Context, tenantID int64, key string, req id
 	)
 	// The fast path of a retry: a finished key, or one claimed for another
 	// request, never changes again, so a plain read answers it, with no
-	// transaction and no lock. Anything else goes through the claim.
+	// transaction and no lock; nor does one waiting for its next scheduled
+	// attempt or for an operator need a lock to be told so. Anything else
+	// goes through the claim.
 	if rec, err := s.keys.Lookup(ctx, s.pool, tenantID, key); err == nil {
-		if d := idempotency.Decide(rec, req.Fingerprint); d == idempotency.Replay || d == idempotency.Mismatch {
+		switch idempotency.Decide(rec, req.Fingerprint) {
+		case idempotency.Replay, idempotency.Mismatch, idempotency.NotDue, idempotency.Unresolved:
 			return s.existing(ctx, rec, req.Fingerprint)
 		}
 	} else if !errors.Is(err, idempotency.ErrNotFound) {
@@ -156,6 +164,7 @@ func (s *Service) Create(ctx context.Context, tenantID int64, key string, req id
 	claim := idempotency.ClaimParams{TenantID: tenantID, Key: key, Request: req, TraceContext: traceContext(ctx)}
 	if !s.cfg.OneCommitPerPhase {
 		claim.Point = PointChargeCreated
+		claim.ObjectID = newChargeID()
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -164,7 +173,7 @@ func (s *Service) Create(ctx context.Context, tenantID int64, key string, req id
 		}
 		// start → charge_created, committed with the claim, which already
 		// recorded the point.
-		charge, err = s.createCharge(ctx, tx, s.keys.LeaseOf(rec), params, false)
+		charge, err = s.createCharge(ctx, tx, s.keys.LeaseOf(rec), claim.ObjectID, params, false)
 		return err
 	})
 	if err != nil {
@@ -202,6 +211,12 @@ func (s *Service) existing(ctx context.Context, rec idempotency.Record, fp idemp
 		case idempotency.InProgress:
 			s.tel.countOutcome(ctx, decision.String())
 			return Result{}, idempotency.ErrInProgress
+		case idempotency.NotDue:
+			s.tel.countOutcome(ctx, decision.String())
+			return Result{}, &idempotency.WaitError{RetryAfter: rec.RetryAfter, ObjectID: rec.ObjectID}
+		case idempotency.Unresolved:
+			s.tel.countOutcome(ctx, decision.String())
+			return Result{}, fmt.Errorf("key %q: %w", rec.Key, idempotency.ErrUnresolved)
 		case idempotency.TakeOver:
 			lease, err := s.keys.TakeOver(ctx, s.pool, rec)
 			if errors.Is(err, idempotency.ErrInProgress) {
@@ -258,7 +273,7 @@ func (s *Service) drive(ctx context.Context, lease *idempotency.Lease, point ide
 				return resp, fmt.Errorf("resume %q: stored request: %w", lease.Record.Key, err)
 			}
 			err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-				charge, err = s.createCharge(ctx, tx, lease, params, true)
+				charge, err = s.createCharge(ctx, tx, lease, newChargeID(), params, true)
 				return err
 			})
 			point = PointChargeCreated
@@ -268,15 +283,25 @@ func (s *Service) drive(ctx context.Context, lease *idempotency.Lease, point ide
 
 		case PointChargeCreated:
 			// The foreign call, then charge_created → psp_authorized and,
-			// folded into the same transaction, → done.
+			// folded into the same transaction, → done. What happens is
+			// decided by the answer's class alone (psp.Classify), the same
+			// whether the api or the reaper drives the key:
+			//   success, decline  → recorded: authorized or declined
+			//   refused (final)   → recorded: failed, 402 payment_failed
+			//   busy, unknown     → released, next attempt on the schedule
+			// A charge created in this very run cannot have reached the PSP
+			// yet; any other is looked up by reference before anything is
+			// sent (the PSP may have acted on a request whose answer was
+			// lost, and may have forgotten its key since).
+			firstSend := charge != nil
 			if charge == nil {
 				if charge, err = chargeByKey(ctx, s.pool, lease.Record.ID()); err != nil {
 					return resp, err
 				}
 			}
-			var auth psp.Authorization
-			if auth, err = s.authorize(ctx, lease, charge); err != nil {
-				return resp, s.release(ctx, lease, err)
+			var out psp.Outcome
+			if out, err = s.authorize(ctx, lease, charge, firstSend); out.Class == psp.ClassBusy || out.Class == psp.ClassUnknown {
+				return resp, s.release(ctx, lease, err, out.RetryAfter)
 			}
 			if err = s.crash(ctx, CrashAfterPSPCall); err != nil {
 				return resp, err
@@ -285,7 +310,7 @@ func (s *Service) drive(ctx context.Context, lease *idempotency.Lease, point ide
 				// Folded, psp_authorized is never committed on its own: it
 				// needs no fence of its own either, since finish, in the same
 				// transaction, is fenced and nothing commits unless it matches.
-				if err := s.recordAuthorization(ctx, tx, lease, charge, auth, s.cfg.OneCommitPerPhase); err != nil || s.cfg.OneCommitPerPhase {
+				if err := s.recordAuthorization(ctx, tx, lease, charge, out, s.cfg.OneCommitPerPhase); err != nil || s.cfg.OneCommitPerPhase {
 					return err
 				}
 				resp, err = s.finish(ctx, tx, lease, charge)
@@ -330,60 +355,77 @@ func (s *Service) drive(ctx context.Context, lease *idempotency.Lease, point ide
 	}
 }
 
-// createCharge is the arrow start → charge_created: a pending charge row.
-// advance records the point, fenced; the claim's transaction passes false,
-// its new key row having recorded the point already.
-func (s *Service) createCharge(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, params CreateParams, advance bool) (c *Charge, err error) {
+// createCharge is the arrow start → charge_created: a pending charge row
+// with the given id. advance records the point and the key's object, fenced;
+// the claim's transaction passes false, its new key row having recorded
+// both already.
+func (s *Service) createCharge(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, id string, params CreateParams, advance bool) (c *Charge, err error) {
 	err = s.arrow(ctx, lease, PointChargeCreated, func(ctx context.Context) error {
 		if advance {
 			if err := lease.Advance(ctx, tx, PointChargeCreated); err != nil {
 				return err
 			}
+			if err := lease.SetObject(ctx, tx, id); err != nil {
+				return err
+			}
 		}
-		c, err = insertCharge(ctx, tx, lease.Record.ID(), params)
+		c, err = insertCharge(ctx, tx, lease.Record.ID(), id, params)
 		return err
 	})
 	return c, err
 }
 
-// authorize makes the foreign call. Its PSP key is derived from the charge
-// id, unique across tenants and stable across retries and takeovers, so the
-// PSP answers a repeat with its first answer. A heartbeat keeps the lease
-// while the call is slow.
-func (s *Service) authorize(ctx context.Context, lease *idempotency.Lease, c *Charge) (psp.Authorization, error) {
+// authorize makes the foreign call: one attempt, with the PSP client's own
+// quick retries and lookups. Its PSP key is derived from the charge id,
+// unique across tenants and stable across retries and takeovers, so the PSP
+// answers a repeat with its first answer while it remembers the key; after
+// that, the lookup by reference that precedes every resend (unless
+// firstSend) is what keeps it from authorizing twice. A heartbeat keeps the
+// lease while the call is slow, and is stopped before this returns, so that
+// it can never renew a lease the caller then releases.
+func (s *Service) authorize(ctx context.Context, lease *idempotency.Lease, c *Charge, firstSend bool) (psp.Outcome, error) {
 	hbCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	go lease.Heartbeat(hbCtx, s.pool, func(error) {})
+	beat := make(chan struct{})
+	go func() {
+		defer close(beat)
+		lease.Heartbeat(hbCtx, s.pool, func(error) {})
+	}()
+	defer func() { stop(); <-beat }()
 	start := time.Now()
-	auth, err := s.psp.Authorize(ctx, psp.AuthorizeRequest{
+	out, err := s.psp.AuthorizeOutcome(ctx, psp.AuthorizeRequest{
 		IdempotencyKey: PSPKey(c.ID),
+		FirstSend:      firstSend,
 		Amount:         c.Amount,
 		Currency:       c.Currency,
 		PaymentMethod:  c.PaymentMethod,
 		Reference:      c.ID,
 	})
-	s.recordPSP(ctx, start, auth, err)
+	s.recordPSP(ctx, start, out)
 	if err != nil {
-		return psp.Authorization{}, fmt.Errorf("authorize %s: %w", c.ID, err)
+		return out, fmt.Errorf("authorize %s: %w", c.ID, err)
 	}
-	return auth, nil
+	return out, nil
 }
 
-// recordAuthorization is the arrow charge_created → psp_authorized: the PSP's
-// answer on the charge row. advance records the point, fenced, for when
-// this arrow commits on its own.
-func (s *Service) recordAuthorization(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, c *Charge, auth psp.Authorization, advance bool) error {
+// recordAuthorization is the arrow charge_created → psp_authorized: the
+// PSP's final answer (an authorization, a decline or a refusal) on the
+// charge row. advance records the point, fenced, for when this arrow
+// commits on its own.
+func (s *Service) recordAuthorization(ctx context.Context, tx pgx.Tx, lease *idempotency.Lease, c *Charge, out psp.Outcome, advance bool) error {
 	return s.arrow(ctx, lease, PointPSPAuthorized, func(ctx context.Context) error {
 		if advance {
 			if err := lease.Advance(ctx, tx, PointPSPAuthorized); err != nil {
 				return err
 			}
 		}
-		c.PSPReference = &auth.ID
-		c.DeclineCode = auth.DeclineCode
-		c.Status = StatusAuthorized
-		if auth.Status == psp.StatusDeclined {
-			c.Status = StatusDeclined
+		switch {
+		case out.Class == psp.ClassSuccess:
+			c.Status, c.PSPReference = StatusAuthorized, &out.Authorization.ID
+		case out.Declined():
+			c.Status, c.PSPReference, c.DeclineCode = StatusDeclined, &out.Authorization.ID, out.Authorization.DeclineCode
+		default: // refused: nothing was done at the PSP, and never will be
+			reason := cmp.Or(out.Reason, "refused by the payment service provider")
+			c.Status, c.FailureReason = StatusFailed, &reason
 		}
 		return recordAuthorization(ctx, tx, c)
 	})
@@ -404,8 +446,17 @@ func (s *Service) finish(ctx context.Context, tx pgx.Tx, lease *idempotency.Leas
 
 // response is the final answer for a charge the PSP has answered.
 func response(c *Charge) idempotency.Response {
-	if c.Status == StatusDeclined {
+	switch c.Status {
+	case StatusDeclined:
 		p := problem.New(http.StatusPaymentRequired, problem.CardDeclined, "The card was declined.")
+		p.Charge = c.ID
+		return idempotency.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
+	case StatusFailed:
+		reason := "refused by the payment service provider"
+		if c.FailureReason != nil {
+			reason = *c.FailureReason
+		}
+		p := problem.New(http.StatusPaymentRequired, problem.PaymentFailed, "The payment failed: "+reason)
 		p.Charge = c.ID
 		return idempotency.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
 	}
@@ -416,17 +467,24 @@ func response(c *Charge) idempotency.Response {
 	return idempotency.Response{Status: http.StatusCreated, ContentType: "application/json", Body: append(body, '\n')}
 }
 
-// release gives the lease up after the PSP failed, so that a retry resumes
-// at once from charge_created. It runs even if the request's context ended:
-// a lease left held would make every retry wait out the lease.
-func (s *Service) release(ctx context.Context, lease *idempotency.Lease, cause error) error {
+// release ends an attempt whose PSP outcome is unknown (or busy) at
+// charge_created: the lease is given up and the next attempt scheduled, no
+// sooner than notBefore (a busy PSP's Retry-After), or the key is handed to
+// an operator once it is past GIVE_UP_AFTER. It runs even if the request's
+// context ended: a lease left held would make every retry wait out the
+// lease.
+func (s *Service) release(ctx context.Context, lease *idempotency.Lease, cause error, notBefore time.Duration) error {
 	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := lease.Release(relCtx, s.pool, cause); err != nil && !errors.Is(err, idempotency.ErrLeaseLost) {
+	rel, err := lease.Release(relCtx, s.pool, cause, notBefore)
+	if err != nil && !errors.Is(err, idempotency.ErrLeaseLost) {
 		return errors.Join(cause, err)
 	}
-	if errors.Is(cause, psp.ErrUnavailable) {
-		return fmt.Errorf("%w: %w", ErrPSPUnavailable, cause)
+	if rel.NeedsAttention {
+		return fmt.Errorf("%w: %w", idempotency.ErrUnresolved, cause)
+	}
+	if errors.Is(cause, psp.ErrUnavailable) || errors.Is(cause, psp.ErrBusy) {
+		return &UnavailableError{ChargeID: lease.Record.ObjectID, RetryAfter: rel.RetryAfter, Cause: cause}
 	}
 	return cause
 }

@@ -11,12 +11,12 @@ import (
 )
 
 const chargeColumns = `tenant_id, id, amount, currency, payment_method, status, psp_reference, decline_code,
-       description, metadata, created_at`
+       description, metadata, created_at, failure_reason`
 
 func scanCharge(row pgx.Row) (*Charge, error) {
 	var c Charge
 	err := row.Scan(&c.TenantID, &c.ID, &c.Amount, &c.Currency, &c.PaymentMethod, &c.Status, &c.PSPReference,
-		&c.DeclineCode, &c.Description, &c.Metadata, &c.CreatedAt)
+		&c.DeclineCode, &c.Description, &c.Metadata, &c.CreatedAt, &c.FailureReason)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -35,12 +35,12 @@ INSERT INTO charges (tenant_id, id, idempotency_key, idempotency_key_created_at,
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending')
 RETURNING ` + chargeColumns
 
-func insertCharge(ctx context.Context, tx pgx.Tx, key idempotency.ID, p CreateParams) (*Charge, error) {
+func insertCharge(ctx context.Context, tx pgx.Tx, key idempotency.ID, id string, p CreateParams) (*Charge, error) {
 	md := p.Metadata
 	if md == nil {
 		md = map[string]string{}
 	}
-	c, err := scanCharge(tx.QueryRow(ctx, insertChargeSQL, key.TenantID, newChargeID(), key.Key, key.CreatedAt,
+	c, err := scanCharge(tx.QueryRow(ctx, insertChargeSQL, key.TenantID, id, key.Key, key.CreatedAt,
 		p.Amount, p.Currency, p.PaymentMethod, p.Description, md))
 	if err != nil {
 		return nil, fmt.Errorf("insert charge: %w", err)
@@ -72,11 +72,11 @@ func chargeByID(ctx context.Context, q idempotency.DBTX, tenantID int64, id stri
 
 const recordAuthorizationSQL = `
 UPDATE charges
-   SET status = $3, psp_reference = $4, decline_code = $5, updated_at = phasepay_now()
+   SET status = $3, psp_reference = $4, decline_code = $5, failure_reason = $6, updated_at = phasepay_now()
  WHERE tenant_id = $1 AND id = $2`
 
 func recordAuthorization(ctx context.Context, tx pgx.Tx, c *Charge) error {
-	if _, err := tx.Exec(ctx, recordAuthorizationSQL, c.TenantID, c.ID, c.Status, c.PSPReference, c.DeclineCode); err != nil {
+	if _, err := tx.Exec(ctx, recordAuthorizationSQL, c.TenantID, c.ID, c.Status, c.PSPReference, c.DeclineCode, c.FailureReason); err != nil {
 		return fmt.Errorf("record authorization of %s: %w", c.ID, err)
 	}
 	return nil

@@ -109,15 +109,10 @@ func (s *Service) arrow(ctx context.Context, lease *idempotency.Lease, to idempo
 }
 
 // recordPSP times a PSP call by its result.
-func (s *Service) recordPSP(ctx context.Context, start time.Time, auth psp.Authorization, err error) {
-	result := auth.Status
-	switch {
-	case errors.Is(err, psp.ErrUnavailable):
-		result = "unavailable"
-	case errors.Is(err, psp.ErrRejected):
-		result = "rejected"
-	case err != nil:
-		result = "error"
+func (s *Service) recordPSP(ctx context.Context, start time.Time, out psp.Outcome) {
+	result := out.Class.String()
+	if out.Class == psp.ClassSuccess || out.Declined() {
+		result = out.Authorization.Status
 	}
 	s.tel.pspDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrPSPResult.String(result)))
 }

@@ -18,6 +18,13 @@ const (
 	TakeOver
 	// InProgress: a live worker holds the lease (409).
 	InProgress
+	// NotDue: the key is unfinished and free, but its next scheduled
+	// attempt is not due yet (a PSP outage is being waited out): answer 503
+	// with the time left, and call nobody.
+	NotDue
+	// Unresolved: the key needs an operator's attention (503); nothing is
+	// sent again until an operator retries or resolves it.
+	Unresolved
 )
 
 func (d Decision) String() string {
@@ -30,6 +37,10 @@ func (d Decision) String() string {
 		return "takeover"
 	case InProgress:
 		return "in_progress"
+	case NotDue:
+		return "not_due"
+	case Unresolved:
+		return "unresolved"
 	}
 	return "unknown"
 }
@@ -43,9 +54,13 @@ func Decide(rec Record, fp Fingerprint) Decision {
 		return Mismatch
 	case rec.State == StateDone:
 		return Replay
-	case !rec.Leased:
-		return TakeOver
-	default:
+	case rec.State == StateNeedsAttention:
+		return Unresolved
+	case rec.Leased:
 		return InProgress
+	case !rec.Due:
+		return NotDue
+	default:
+		return TakeOver
 	}
 }

@@ -5,11 +5,15 @@ import "time"
 // State is the coarse state of a key.
 type State string
 
-// The two states of a key. A key is started from its claim until the
-// transaction that stores its response; then it is done for good.
+// The states of a key. A key is started from its claim until the
+// transaction that stores its response; then it is done for good. A started
+// key still unresolved GIVE_UP_AFTER after its claim becomes needs_attention
+// at its next failed attempt: no more automatic attempts, until an operator
+// retries (back to started) or resolves it (done).
 const (
-	StateStarted State = "started"
-	StateDone    State = "done"
+	StateStarted        State = "started"
+	StateDone           State = "done"
+	StateNeedsAttention State = "needs_attention"
 )
 
 // RecoveryPoint names the last committed step of a started request. The
@@ -46,6 +50,18 @@ type Record struct {
 	Leased bool
 	// Attempts counts runs that released the lease without finishing.
 	Attempts int
+	// NextAttemptAt is when the next automatic attempt is due (nil: at
+	// once). Due reports whether it was due when the record was read, and
+	// RetryAfter how many whole seconds were left (0 when due), both by the
+	// database's clock.
+	NextAttemptAt *time.Time
+	Due           bool
+	RetryAfter    int
+	// LastError is why the last attempt did not finish (also the reason a
+	// needs_attention key gives).
+	LastError string
+	// ObjectID names what the request created (a charge id), once it has.
+	ObjectID string
 	// Response is set once State is StateDone.
 	Response *Response
 	// TraceContext is the claiming request's trace context, if it had one.

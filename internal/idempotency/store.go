@@ -22,9 +22,10 @@ type DBTX interface {
 
 // Defaults of Config.
 const (
-	LeaseDefault           = 60 * time.Second
-	RetryBackoffDefault    = time.Second
-	MaxRetryBackoffDefault = 5 * time.Minute
+	LeaseDefault       = 60 * time.Second
+	RetryBaseDefault   = time.Second
+	RetryMaxDefault    = time.Hour
+	GiveUpAfterDefault = 72 * time.Hour
 )
 
 // Config configures a Store.
@@ -33,12 +34,17 @@ type Config struct {
 	// key to its worker. A worker that has not advanced or extended the key
 	// for this long is presumed dead and may be taken over. Default 60s.
 	Lease time.Duration
-	// RetryBackoff is how long the reaper waits before taking over a key
-	// whose run released it after a transient failure; it doubles with each
-	// attempt up to MaxRetryBackoff. A client's own retry does not wait.
-	// Defaults 1s and 5m.
-	RetryBackoff    time.Duration
-	MaxRetryBackoff time.Duration
+	// RetryBase and RetryMax are the retry schedule of an unfinished
+	// request (RETRY_BASE, RETRY_MAX): after its n-th failed attempt (n
+	// from 0) the next is due about RetryBase·2ⁿ later, jittered by ±25%,
+	// never more than RetryMax. Neither the reaper nor a client's retry
+	// starts an attempt before it is due. Defaults 1s and 1h.
+	RetryBase time.Duration
+	RetryMax  time.Duration
+	// GiveUpAfter (GIVE_UP_AFTER): a request still unfinished this long
+	// after its claim becomes needs_attention at its next failed attempt.
+	// Default 72h.
+	GiveUpAfter time.Duration
 }
 
 // Store claims and advances keys. It holds no connection: every method runs
@@ -50,13 +56,17 @@ type Store struct {
 // NewStore returns a Store, filling Config's defaults.
 func NewStore(cfg Config) (*Store, error) {
 	cfg.Lease = cmp.Or(cfg.Lease, LeaseDefault)
-	cfg.RetryBackoff = cmp.Or(cfg.RetryBackoff, RetryBackoffDefault)
-	cfg.MaxRetryBackoff = cmp.Or(cfg.MaxRetryBackoff, MaxRetryBackoffDefault)
+	cfg.RetryBase = cmp.Or(cfg.RetryBase, RetryBaseDefault)
+	cfg.RetryMax = cmp.Or(cfg.RetryMax, RetryMaxDefault)
+	cfg.GiveUpAfter = cmp.Or(cfg.GiveUpAfter, GiveUpAfterDefault)
 	if cfg.Lease < time.Second {
 		return nil, fmt.Errorf("idempotency: lease %s is shorter than 1s", cfg.Lease)
 	}
-	if cfg.RetryBackoff < 0 || cfg.MaxRetryBackoff < cfg.RetryBackoff {
-		return nil, fmt.Errorf("idempotency: retry backoff %s..%s is not a range", cfg.RetryBackoff, cfg.MaxRetryBackoff)
+	if cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase {
+		return nil, fmt.Errorf("idempotency: RETRY_BASE %s and RETRY_MAX %s: the base must not exceed the maximum", cfg.RetryBase, cfg.RetryMax)
+	}
+	if cfg.GiveUpAfter < 0 {
+		return nil, fmt.Errorf("idempotency: GIVE_UP_AFTER %s must be positive", cfg.GiveUpAfter)
 	}
 	return &Store{cfg: cfg}, nil
 }
@@ -91,8 +101,8 @@ WITH existing AS (
 ), inserted AS (
     INSERT INTO idempotency_keys
            (tenant_id, key, fingerprint, request_method, request_path, request_body, locked_until, trace_context,
-            recovery_point)
-    SELECT $1, $2, $3, $4, $5, $6, phasepay_now() + $7 * interval '1 microsecond', nullif($8, ''), $9
+            recovery_point, object_id)
+    SELECT $1, $2, $3, $4, $5, $6, phasepay_now() + $7 * interval '1 microsecond', nullif($8, ''), $9, nullif($10, '')
      WHERE NOT EXISTS (SELECT 1 FROM existing)
     RETURNING ` + recordColumns + `
 )
@@ -103,7 +113,10 @@ SELECT false, * FROM existing`
 // recordColumns is read by scanRecord, in this order.
 const recordColumns = `tenant_id, key, created_at, fingerprint, request_method, request_path, request_body,
        state, recovery_point, lock_version, coalesce(locked_until > phasepay_now(), false), attempts,
-       response_status, response_content_type, response_body, coalesce(trace_context, '')`
+       response_status, response_content_type, response_body, coalesce(trace_context, ''),
+       next_attempt_at, coalesce(next_attempt_at <= phasepay_now(), true),
+       greatest(0, ceil(extract(epoch FROM next_attempt_at - phasepay_now())))::int,
+       coalesce(last_error, ''), coalesce(object_id, '')`
 
 // ClaimParams names the key to claim and the request it is claimed for.
 type ClaimParams struct {
@@ -119,6 +132,9 @@ type ClaimParams struct {
 	// transaction's until it commits, so that phase needs no fence of its
 	// own: the claim's commit is its commit.
 	Point RecoveryPoint
+	// ObjectID names the object that first phase creates (see
+	// Lease.SetObject), if it has one.
+	ObjectID string
 }
 
 // Claim claims the key of a request inside tx, which the caller commits
@@ -136,7 +152,7 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p ClaimParams) (rec Record
 	batch := &pgx.Batch{}
 	batch.Queue(claimLockSQL, tenantID, key)
 	batch.Queue(claimSQL, tenantID, key, req.Fingerprint[:], req.Method, req.Path, req.Body,
-		s.cfg.Lease.Microseconds(), p.TraceContext, string(cmp.Or(p.Point, PointStart)))
+		s.cfg.Lease.Microseconds(), p.TraceContext, string(cmp.Or(p.Point, PointStart)), p.ObjectID)
 	results := tx.SendBatch(ctx, batch)
 	defer results.Close()
 	var isolation, ignored string
@@ -186,7 +202,8 @@ func scanRecord(row pgx.Row, created *bool) (Record, error) {
 	err := row.Scan(created, &rec.TenantID, &rec.Key, &rec.CreatedAt, &fp,
 		&rec.Request.Method, &rec.Request.Path, &rec.Request.Body,
 		&rec.State, &rec.Point, &rec.LockVersion, &rec.Leased, &rec.Attempts,
-		&status, &contentType, &body, &rec.TraceContext)
+		&status, &contentType, &body, &rec.TraceContext,
+		&rec.NextAttemptAt, &rec.Due, &rec.RetryAfter, &rec.LastError, &rec.ObjectID)
 	if err != nil {
 		return Record{}, err
 	}
@@ -216,6 +233,7 @@ UPDATE idempotency_keys
    AND lock_version = $4
    AND state = 'started'
    AND (locked_until IS NULL OR locked_until <= phasepay_now())
+   AND (next_attempt_at IS NULL OR next_attempt_at <= phasepay_now())
 RETURNING lock_version, recovery_point`
 
 // TakeOver takes the key of rec over from a holder whose lease expired. It
@@ -235,7 +253,8 @@ func (s *Store) TakeOver(ctx context.Context, q DBTX, rec Record) (*Lease, error
 }
 
 // takeOverExpiredSQL is the reaper's claim on abandoned keys: started, lease
-// run out, backoff over. FOR UPDATE SKIP LOCKED lets several reapers share
+// run out, next attempt due (needs_attention keys are not started: never
+// taken). FOR UPDATE SKIP LOCKED lets several reapers share
 // the work without waiting on each other, and the lock it takes is re-checked
 // against the row's latest version, so a key a client's retry took over a
 // moment ago is skipped rather than taken twice. The takeover itself is the
@@ -245,9 +264,8 @@ WITH due AS (
     SELECT tenant_id, key, created_at
       FROM idempotency_keys
      WHERE state = 'started'
-       AND (locked_until IS NULL OR locked_until <= phasepay_now())
-       AND (next_attempt_at IS NULL OR next_attempt_at <= phasepay_now())
-     ORDER BY locked_until NULLS FIRST
+       AND ` + dueAtExpr + ` <= phasepay_now()
+     ORDER BY ` + dueAtExpr + `
      LIMIT $1
        FOR UPDATE SKIP LOCKED
 )
@@ -258,11 +276,19 @@ UPDATE idempotency_keys k
  WHERE k.tenant_id = due.tenant_id AND k.key = due.key AND k.created_at = due.created_at
 RETURNING false, ` + qualifiedRecordColumns
 
+// dueAtExpr is when a started key may next be taken over: once its lease
+// has run out and its next attempt is due. It is the expression of the
+// partial index idempotency_keys_due (migrations/00007), spelled exactly
+// alike so that the planner uses it: the reaper's query then reads only the
+// keys it takes, however many keys are stored.
+const dueAtExpr = `greatest(coalesce(locked_until, '-infinity'::timestamptz), coalesce(next_attempt_at, '-infinity'::timestamptz))`
+
 // qualifiedRecordColumns is recordColumns for a statement that joins
 // idempotency_keys as k.
 const qualifiedRecordColumns = `k.tenant_id, k.key, k.created_at, k.fingerprint, k.request_method, k.request_path,
        k.request_body, k.state, k.recovery_point, k.lock_version, true, k.attempts,
-       k.response_status, k.response_content_type, k.response_body, coalesce(k.trace_context, '')`
+       k.response_status, k.response_content_type, k.response_body, coalesce(k.trace_context, ''),
+       k.next_attempt_at, true, 0, coalesce(k.last_error, ''), coalesce(k.object_id, '')`
 
 // TakeOverExpired takes over up to limit abandoned keys (started, lease
 // expired, retry backoff over) and returns their leases.

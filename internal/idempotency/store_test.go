@@ -208,7 +208,8 @@ func TestStaleWorkerCannotCommitAfterTakeover(t *testing.T) {
 	})
 	require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 	require.ErrorIs(t, stale.Extend(ctx, then), idempotency.ErrLeaseLost)
-	require.ErrorIs(t, stale.Release(ctx, then, nil), idempotency.ErrLeaseLost)
+	_, err = stale.Release(ctx, then, nil, 0)
+	require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 
 	// The new holder is unaffected.
 	require.NoError(t, pgx.BeginFunc(ctx, later, func(tx pgx.Tx) error { return fresh.Advance(ctx, tx, "charge_created") }))
@@ -257,32 +258,119 @@ func TestConcurrentTakeoversOneWinner(t *testing.T) {
 	require.Equal(t, 1, wins)
 }
 
-// After a transient failure the worker releases its lease: a client's retry
-// takes over at once instead of waiting out the lease, and the reaper's
-// backoff is recorded.
-func TestReleasedKeyIsTakenOverAtOnce(t *testing.T) {
+// After a failed attempt the worker releases its lease and the key gets its
+// next attempt on the retry schedule: until then a client's retry is told
+// how long to wait (NotDue, RetryAfter) and cannot take the key over; once
+// due, it takes over at once without waiting out a lease.
+func TestReleasedKeyWaitsForItsScheduledAttempt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
 
-	rec, _, err := claim(ctx, b.pool, b.store, b.tenant, "rel", b.req)
+	t0 := time.Now().UTC().Truncate(time.Second)
+	then := testdb.Pool(t, b.url, t0)
+	rec, _, err := claim(ctx, then, b.store, b.tenant, "rel", b.req)
 	require.NoError(t, err)
-	lease := b.store.LeaseOf(rec)
-	require.NoError(t, lease.Release(ctx, b.pool, fmt.Errorf("psp unavailable")))
+	rel, err := b.store.LeaseOf(rec).Release(ctx, then, fmt.Errorf("psp unavailable"), 0)
+	require.NoError(t, err)
+	require.False(t, rel.NeedsAttention)
+	// The first retry is due RetryBase (1s) ±25% later.
+	require.WithinRange(t, rel.NextAttemptAt, t0.Add(750*time.Millisecond), t0.Add(1250*time.Millisecond))
+	require.Equal(t, 1, rel.RetryAfter)
 
-	seen, _, err := claim(ctx, b.pool, b.store, b.tenant, "rel", b.req)
+	seen, _, err := claim(ctx, then, b.store, b.tenant, "rel", b.req)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.NotDue, idempotency.Decide(seen, b.req.Fingerprint))
+	require.Equal(t, 1, seen.Attempts)
+	require.Equal(t, 1, seen.RetryAfter)
+	require.Equal(t, "psp unavailable", seen.LastError)
+	_, err = b.store.TakeOver(ctx, then, seen)
+	require.ErrorIs(t, err, idempotency.ErrInProgress, "a stale decision cannot take over a key that is not due")
+
+	due := testdb.Pool(t, b.url, t0.Add(2*time.Second))
+	seen, _, err = claim(ctx, due, b.store, b.tenant, "rel", b.req)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.TakeOver, idempotency.Decide(seen, b.req.Fingerprint))
-	require.Equal(t, 1, seen.Attempts)
-	var lastErr string
-	var backoffSet bool
-	require.NoError(t, b.pool.QueryRow(ctx,
-		`SELECT last_error, next_attempt_at > phasepay_now() FROM idempotency_keys WHERE key = 'rel'`).Scan(&lastErr, &backoffSet))
-	require.Equal(t, "psp unavailable", lastErr)
-	require.True(t, backoffSet)
-
-	_, err = b.store.TakeOver(ctx, b.pool, seen)
+	_, err = b.store.TakeOver(ctx, due, seen)
 	require.NoError(t, err)
+}
+
+// The schedule doubles with each failed attempt, jittered, and never waits
+// more than RetryMax; a PSP's Retry-After (notBefore) pushes it later.
+func TestRetryScheduleDoublesAndIsCapped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	store, err := idempotency.NewStore(idempotency.Config{RetryBase: time.Second, RetryMax: 10 * time.Second})
+	require.NoError(t, err)
+
+	t0 := time.Now().UTC().Truncate(time.Second)
+	clock := t0
+	rec, _, err := claim(ctx, testdb.Pool(t, b.url, clock), store, b.tenant, "sched", b.req)
+	require.NoError(t, err)
+	lease := store.LeaseOf(rec)
+	var waits []time.Duration
+	for n := range 6 {
+		pool := testdb.Pool(t, b.url, clock)
+		notBefore := time.Duration(0)
+		if n == 5 {
+			notBefore = 30 * time.Second // a busy PSP's Retry-After beats the schedule
+		}
+		rel, err := lease.Release(ctx, pool, fmt.Errorf("attempt %d", n), notBefore)
+		require.NoError(t, err)
+		waits = append(waits, rel.NextAttemptAt.Sub(clock))
+		clock = rel.NextAttemptAt.Add(time.Millisecond)
+		seen, err := store.Lookup(ctx, testdb.Pool(t, b.url, clock), b.tenant, "sched")
+		require.NoError(t, err)
+		lease, err = store.TakeOver(ctx, testdb.Pool(t, b.url, clock), seen)
+		require.NoError(t, err)
+	}
+	for n, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
+		require.InDelta(t, float64(want), float64(waits[n]), float64(want)/4+float64(time.Millisecond), "wait after attempt %d", n)
+	}
+	require.LessOrEqual(t, waits[4], 10*time.Second+time.Millisecond, "never more than RetryMax")
+	require.GreaterOrEqual(t, waits[5], 30*time.Second-time.Millisecond, "the PSP's Retry-After")
+}
+
+// TestGiveUpMovesToNeedsAttention: a request still unfinished GiveUpAfter
+// after its claim is given up at its next failed attempt: needs_attention,
+// no next attempt, not taken over by anyone; a client's retry is told it is
+// unresolved. An operator's retry makes one more attempt due at once.
+func TestGiveUpMovesToNeedsAttention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	store, err := idempotency.NewStore(idempotency.Config{GiveUpAfter: time.Hour})
+	require.NoError(t, err)
+
+	t0 := time.Now().UTC().Truncate(time.Second)
+	rec, _, err := claim(ctx, testdb.Pool(t, b.url, t0), store, b.tenant, "gu", b.req)
+	require.NoError(t, err)
+	rel, err := store.LeaseOf(rec).Release(ctx, testdb.Pool(t, b.url, t0.Add(time.Hour)), fmt.Errorf("psp down"), 0)
+	require.NoError(t, err)
+	require.True(t, rel.NeedsAttention)
+
+	later := testdb.Pool(t, b.url, t0.Add(2*time.Hour))
+	seen, _, err := claim(ctx, later, store, b.tenant, "gu", b.req)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.StateNeedsAttention, seen.State)
+	require.Equal(t, "psp down", seen.LastError)
+	require.Equal(t, idempotency.Unresolved, idempotency.Decide(seen, b.req.Fingerprint))
+	_, err = store.TakeOver(ctx, later, seen)
+	require.ErrorIs(t, err, idempotency.ErrInProgress)
+	leases, err := store.TakeOverExpired(ctx, later, 10)
+	require.NoError(t, err)
+	require.Empty(t, leases, "the reaper never picks a key that needs attention")
+
+	require.NoError(t, store.RetryNow(ctx, later, b.tenant, "gu"))
+	leases, err = store.TakeOverExpired(ctx, later, 10)
+	require.NoError(t, err)
+	require.Len(t, leases, 1, "an operator's retry makes the next attempt due now")
+	// It fails again: back to needs_attention at once, the give-up horizon
+	// having passed long ago.
+	rel, err = leases[0].Release(ctx, later, fmt.Errorf("psp still down"), 0)
+	require.NoError(t, err)
+	require.True(t, rel.NeedsAttention)
 }
 
 // A live worker waiting on a slow call keeps its lease by heartbeat; once it

@@ -1,0 +1,174 @@
+package charges
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/problem"
+	"github.com/phasepay/phasepay/internal/psp"
+)
+
+// An operator settles a charge request that needs attention (`api requests
+// resolve`) after checking the PSP by hand. The resolution is written like
+// any last phase: the charge's end, the stored answer and an audit record in
+// one transaction, fenced by a lease taken for the resolution. Before that,
+// the PSP is asked what it holds for the charge, and an answer that
+// contradicts the operator stops the resolution: an authorization marked
+// failed would leave the customer's funds held with nobody to release them;
+// a charge marked succeeded that the PSP never authorized could never be
+// captured.
+
+// ResolveAs is how an operator settles a request.
+type ResolveAs string
+
+// The two ways to settle a request.
+const (
+	ResolveFailed    ResolveAs = "failed"
+	ResolveSucceeded ResolveAs = "succeeded"
+)
+
+// Resolution is an operator's settlement of a needs_attention request.
+type Resolution struct {
+	As     ResolveAs
+	Reason string
+	By     string
+	// Force skips the lookup at the PSP, for when the PSP is unreachable
+	// and the operator checked its books some other way.
+	Force bool
+}
+
+// ErrResolutionContradicted: the PSP's books say otherwise than the
+// operator; nothing was changed.
+var ErrResolutionContradicted = errors.New("the PSP contradicts the resolution")
+
+// ErrPSPLookupFailed: the PSP could not be asked; retry, or use Force.
+var ErrPSPLookupFailed = errors.New("the PSP could not be asked (use --force to resolve without it)")
+
+const insertResolutionSQL = `
+INSERT INTO request_resolutions (tenant_id, key, key_created_at, resolved_as, reason, resolved_by, forced, psp_said)
+VALUES ($1, $2, $3, $4, $5, $6, $7, nullif($8, ''))`
+
+const resolveChargeSQL = `
+UPDATE charges
+   SET status = $3, psp_reference = coalesce($4, psp_reference), failure_reason = $5, updated_at = phasepay_now()
+ WHERE tenant_id = $1 AND id = $2`
+
+// Resolve settles the needs_attention request of (tenantID, key) as r says
+// and returns the answer now stored for it. Errors: idempotency.ErrNotFound,
+// idempotency.ErrNotNeedsAttention, ErrResolutionContradicted,
+// ErrPSPLookupFailed; the key is left as it was on any error.
+func (s *Service) Resolve(ctx context.Context, tenantID int64, key string, r Resolution) (idempotency.Response, error) {
+	if r.As != ResolveFailed && r.As != ResolveSucceeded {
+		return idempotency.Response{}, fmt.Errorf("resolve %q: --as must be failed or succeeded, got %q", key, r.As)
+	}
+	if r.Reason == "" || r.By == "" {
+		return idempotency.Response{}, fmt.Errorf("resolve %q: a reason and an operator name are required", key)
+	}
+	lease, err := s.keys.TakeForResolution(ctx, s.pool, tenantID, key)
+	if err != nil {
+		return idempotency.Response{}, err
+	}
+	resp, err := s.resolve(ctx, lease, r)
+	if err != nil {
+		giveBackCtx := context.WithoutCancel(ctx)
+		return idempotency.Response{}, errors.Join(err, lease.ReturnToAttention(giveBackCtx, s.pool))
+	}
+	return resp, nil
+}
+
+func (s *Service) resolve(ctx context.Context, lease *idempotency.Lease, r Resolution) (idempotency.Response, error) {
+	charge, err := chargeByKey(ctx, s.pool, lease.Record.ID())
+	if errors.Is(err, ErrNotFound) {
+		// Stopped before its charge existed: nothing can have reached the
+		// PSP, so only failed is true.
+		if r.As == ResolveSucceeded {
+			return idempotency.Response{}, fmt.Errorf("%w: the request never created a charge, so nothing was sent to the PSP", ErrResolutionContradicted)
+		}
+		charge = nil
+	} else if err != nil {
+		return idempotency.Response{}, err
+	}
+
+	var auth *psp.Authorization
+	pspSaid := ""
+	if charge != nil && !r.Force {
+		found, err := s.psp.Lookup(ctx, charge.ID)
+		if err != nil {
+			return idempotency.Response{}, fmt.Errorf("%w: %w", ErrPSPLookupFailed, err)
+		}
+		auth, pspSaid = pspVerdict(found)
+		switch {
+		case r.As == ResolveSucceeded && (auth == nil || auth.Status != psp.StatusAuthorized):
+			return idempotency.Response{}, fmt.Errorf("%w: asked to mark %s succeeded, but the PSP says: %s", ErrResolutionContradicted, charge.ID, pspSaid)
+		case r.As == ResolveFailed && auth != nil && auth.Status == psp.StatusAuthorized:
+			return idempotency.Response{}, fmt.Errorf("%w: asked to mark %s failed, but the PSP holds authorization %s for it", ErrResolutionContradicted, charge.ID, auth.ID)
+		}
+	}
+
+	var resp idempotency.Response
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if charge != nil {
+			var ref *string
+			if auth != nil {
+				ref = &auth.ID
+			}
+			status, reason := StatusAuthorized, (*string)(nil)
+			if r.As == ResolveFailed {
+				status, reason = StatusFailed, &r.Reason
+			}
+			if _, err := tx.Exec(ctx, resolveChargeSQL, charge.TenantID, charge.ID, status, ref, reason); err != nil {
+				return fmt.Errorf("resolve charge %s: %w", charge.ID, err)
+			}
+			charge.Status, charge.FailureReason = status, reason
+			if ref != nil {
+				charge.PSPReference = ref
+			}
+		}
+		resp = resolvedResponse(charge, r)
+		rec := lease.Record
+		if _, err := tx.Exec(ctx, insertResolutionSQL, rec.TenantID, rec.Key, rec.CreatedAt, string(r.As), r.Reason, r.By,
+			r.Force, pspSaid); err != nil {
+			return fmt.Errorf("record resolution: %w", err)
+		}
+		return lease.Finish(ctx, tx, resp)
+	})
+	if err != nil {
+		return idempotency.Response{}, fmt.Errorf("resolve %q: %w", lease.Record.Key, err)
+	}
+	return resp, nil
+}
+
+// pspVerdict reads a lookup: the authorization that decides (an
+// authorized one first: it holds the customer's funds), and a one-line
+// account of what the PSP said, for the audit record.
+func pspVerdict(found []psp.Authorization) (*psp.Authorization, string) {
+	if len(found) == 0 {
+		return nil, "no authorization for this charge"
+	}
+	best := found[0]
+	for _, a := range found {
+		if a.Status == psp.StatusAuthorized {
+			best = a
+			break
+		}
+	}
+	return &best, fmt.Sprintf("%s %s (%d found)", best.Status, best.ID, len(found))
+}
+
+// resolvedResponse is the answer stored for a resolved request: what the
+// request would have answered had the PSP's outcome been known.
+func resolvedResponse(c *Charge, r Resolution) idempotency.Response {
+	if r.As == ResolveSucceeded {
+		return response(c)
+	}
+	p := problem.New(http.StatusPaymentRequired, problem.PaymentFailed, "The payment failed: "+r.Reason)
+	if c != nil {
+		p.Charge = c.ID
+	}
+	return idempotency.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
+}

@@ -1,0 +1,281 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// This file is the view of keys from outside a request: the tenant's
+// (GET /v1/idempotency_keys) and the operator's (`api requests …`), and the
+// operator's two levers, RetryNow and TakeForResolution.
+
+// View is a key as a tenant or an operator sees it: where its request
+// stands, never its request body or any secret.
+type View struct {
+	TenantID      int64
+	Key           string
+	Method, Path  string
+	State         ViewState
+	Point         RecoveryPoint
+	Attempts      int
+	NextAttemptAt *time.Time
+	LastError     string
+	// ResponseStatus is the stored answer's status, once there is one.
+	ResponseStatus *int
+	ObjectID       string
+	CreatedAt      time.Time
+	CompletedAt    *time.Time
+}
+
+// ViewState is a key's state as shown outside: State, with a started key
+// split by whether a worker holds it right now.
+type ViewState string
+
+// The states of View.
+const (
+	ViewInProgress     ViewState = "in_progress"     // started, a worker holds its lease
+	ViewUnfinished     ViewState = "unfinished"      // started, nobody holds it: waiting for its next attempt
+	ViewNeedsAttention ViewState = "needs_attention" // given up: an operator must act
+	ViewCompleted      ViewState = "completed"       // done, its answer stored
+)
+
+// ParseViewState accepts the states of View, as a filter.
+func ParseViewState(s string) (ViewState, error) {
+	switch v := ViewState(s); v {
+	case ViewInProgress, ViewUnfinished, ViewNeedsAttention, ViewCompleted:
+		return v, nil
+	}
+	return "", fmt.Errorf("state %q: must be one of in_progress, unfinished, needs_attention, completed", s)
+}
+
+// viewColumns is read by scanView, in this order. The view state is
+// computed here, by the database's clock, like every lease decision.
+const viewColumns = `tenant_id, key, request_method, request_path,
+       CASE WHEN state = 'done' THEN 'completed'
+            WHEN state = 'needs_attention' THEN 'needs_attention'
+            WHEN locked_until > phasepay_now() THEN 'in_progress'
+            ELSE 'unfinished' END,
+       recovery_point, attempts, next_attempt_at, coalesce(last_error, ''), response_status,
+       coalesce(object_id, ''), created_at, finished_at`
+
+// viewStateSQL filters on a view state ($n = '' for any), spelled as the
+// CASE above.
+func viewStateSQL(n int) string {
+	p := fmt.Sprintf("$%d", n)
+	return `(` + p + ` = ''
+   OR (` + p + ` = 'completed' AND state = 'done')
+   OR (` + p + ` = 'needs_attention' AND state = 'needs_attention')
+   OR (` + p + ` = 'in_progress' AND state = 'started' AND locked_until > phasepay_now())
+   OR (` + p + ` = 'unfinished' AND state = 'started' AND (locked_until IS NULL OR locked_until <= phasepay_now())))`
+}
+
+func scanView(row pgx.Row) (View, error) {
+	var v View
+	err := row.Scan(&v.TenantID, &v.Key, &v.Method, &v.Path, &v.State, &v.Point, &v.Attempts, &v.NextAttemptAt,
+		&v.LastError, &v.ResponseStatus, &v.ObjectID, &v.CreatedAt, &v.CompletedAt)
+	return v, err
+}
+
+// viewSQL reads the newest incarnation of one key.
+const viewSQL = `SELECT ` + viewColumns + `
+  FROM idempotency_keys WHERE tenant_id = $1 AND key = $2
+ ORDER BY created_at DESC LIMIT 1`
+
+// GetView returns a key's view, or ErrNotFound.
+func GetView(ctx context.Context, q DBTX, tenantID int64, key string) (View, error) {
+	v, err := scanView(q.QueryRow(ctx, viewSQL, tenantID, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return View{}, fmt.Errorf("key %q: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return View{}, fmt.Errorf("key %q: %w", key, err)
+	}
+	return v, nil
+}
+
+// listViewsSQL pages through a tenant's keys, newest first, by keyset:
+// ($3, $4) is the (created_at, key) of the last key of the previous page,
+// so a page never shifts while new keys are claimed (they sort before it).
+// The index idempotency_keys_tenant_created serves the order.
+var listViewsSQL = `SELECT ` + viewColumns + `
+  FROM idempotency_keys
+ WHERE tenant_id = $1 AND ` + viewStateSQL(2) + `
+   AND ($3::timestamptz IS NULL OR (created_at, key) < ($3, $4))
+ ORDER BY created_at DESC, key DESC
+ LIMIT $5`
+
+// ListViews returns up to limit of a tenant's keys in state (any if ""),
+// newest first, after the key named startingAfter (none if ""). It returns
+// ErrNotFound if startingAfter names no key of the tenant.
+func ListViews(ctx context.Context, q DBTX, tenantID int64, state ViewState, startingAfter string, limit int) ([]View, error) {
+	var (
+		afterAt  *time.Time
+		afterKey string
+	)
+	if startingAfter != "" {
+		v, err := GetView(ctx, q, tenantID, startingAfter)
+		if err != nil {
+			return nil, fmt.Errorf("starting_after: %w", err)
+		}
+		afterAt, afterKey = &v.CreatedAt, v.Key
+	}
+	rows, err := q.Query(ctx, listViewsSQL, tenantID, string(state), afterAt, afterKey, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	views, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (View, error) { return scanView(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	return views, nil
+}
+
+// Filter selects keys for an operator.
+type Filter struct {
+	// TenantID, if not zero, restricts the list to one tenant.
+	TenantID int64
+	// State, if set, restricts it to one view state.
+	State ViewState
+	// OlderThan, if positive, keeps keys claimed longer ago than this.
+	OlderThan time.Duration
+	// Limit bounds the list (default 1000).
+	Limit int
+}
+
+// operatorListSQL is the operator's list across tenants, oldest first: the
+// longest-waiting requests are the most urgent. Unfinished and
+// needs_attention keys are read through idempotency_keys_unfinished.
+var operatorListSQL = `SELECT ` + viewColumns + `
+  FROM idempotency_keys
+ WHERE ($1 = 0 OR tenant_id = $1) AND ` + viewStateSQL(2) + `
+   AND created_at <= phasepay_now() - $3 * interval '1 microsecond'
+ ORDER BY created_at, tenant_id, key
+ LIMIT $4`
+
+// List returns the keys f selects, oldest first.
+func List(ctx context.Context, q DBTX, f Filter) ([]View, error) {
+	if f.Limit <= 0 {
+		f.Limit = 1000
+	}
+	rows, err := q.Query(ctx, operatorListSQL, f.TenantID, string(f.State), f.OlderThan.Microseconds(), f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list requests: %w", err)
+	}
+	views, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (View, error) { return scanView(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list requests: %w", err)
+	}
+	return views, nil
+}
+
+// retryNowSQL makes a key's next attempt due now. A needs_attention key
+// becomes started again, for one attempt: if that fails too, it is past its
+// give-up horizon and returns to needs_attention at once. A held lease is
+// left alone (its holder is attempting right now).
+const retryNowSQL = `
+UPDATE idempotency_keys
+   SET state = 'started', next_attempt_at = phasepay_now()
+ WHERE (tenant_id, key, created_at) = (
+        SELECT tenant_id, key, created_at FROM idempotency_keys
+         WHERE tenant_id = $1 AND key = $2 ORDER BY created_at DESC LIMIT 1)
+   AND state IN ('started', 'needs_attention')
+RETURNING 1`
+
+// RetryNow makes the next attempt of an unfinished or needs_attention key
+// due now (the reaper picks it up at its next pass). It returns ErrNotFound
+// for no such key and ErrFinished for one that is done.
+func (s *Store) RetryNow(ctx context.Context, q DBTX, tenantID int64, key string) error {
+	var one int
+	err := q.QueryRow(ctx, retryNowSQL, tenantID, key).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := GetView(ctx, q, tenantID, key); err != nil {
+			return fmt.Errorf("retry %q: %w", key, err)
+		}
+		return fmt.Errorf("retry %q: %w", key, ErrFinished)
+	}
+	if err != nil {
+		return fmt.Errorf("retry %q: %w", key, err)
+	}
+	return nil
+}
+
+// takeForResolutionSQL hands a needs_attention key to an operator's
+// resolution: started again under a fresh lease and a bumped lock_version,
+// so that the resolution's writes are fenced like any holder's and nobody
+// else (reaper, client retry) can act on the key meanwhile.
+const takeForResolutionSQL = `
+UPDATE idempotency_keys k
+   SET state = 'started', lock_version = k.lock_version + 1,
+       locked_until = phasepay_now() + $3 * interval '1 microsecond', next_attempt_at = NULL
+  FROM (SELECT tenant_id, key, created_at FROM idempotency_keys
+         WHERE tenant_id = $1 AND key = $2 ORDER BY created_at DESC LIMIT 1) newest
+ WHERE (k.tenant_id, k.key, k.created_at) = (newest.tenant_id, newest.key, newest.created_at)
+   AND k.state = 'needs_attention'
+RETURNING false, ` + qualifiedRecordColumns
+
+// TakeForResolution leases a needs_attention key to the operator resolving
+// it. It returns ErrNotFound, or ErrNotNeedsAttention for a key in any
+// other state. The caller finishes the key (Finish) or gives it back
+// (ReturnToAttention).
+func (s *Store) TakeForResolution(ctx context.Context, q DBTX, tenantID int64, key string) (*Lease, error) {
+	var ignored bool
+	rec, err := scanRecord(q.QueryRow(ctx, takeForResolutionSQL, tenantID, key, s.cfg.Lease.Microseconds()), &ignored)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := GetView(ctx, q, tenantID, key); err != nil {
+			return nil, fmt.Errorf("resolve %q: %w", key, err)
+		}
+		return nil, fmt.Errorf("resolve %q: %w", key, ErrNotNeedsAttention)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolve %q: %w", key, err)
+	}
+	return &Lease{store: s, Record: rec}, nil
+}
+
+// returnToAttentionSQL gives a key taken for resolution back, unchanged but
+// for the bumped lock_version, fenced.
+const returnToAttentionSQL = `
+UPDATE idempotency_keys
+   SET state = 'needs_attention', locked_until = NULL
+ WHERE tenant_id = $1 AND key = $2 AND created_at = $3
+   AND lock_version = $4
+   AND state = 'started'`
+
+// ReturnToAttention gives a key the operator could not resolve back to
+// needs_attention.
+func (l *Lease) ReturnToAttention(ctx context.Context, q DBTX) error {
+	r := l.Record
+	tag, err := q.Exec(ctx, returnToAttentionSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion)
+	if err != nil {
+		return fmt.Errorf("return %q to needs_attention: %w", r.Key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("return %q to needs_attention: %w", r.Key, ErrLeaseLost)
+	}
+	return nil
+}
+
+// setObjectSQL records what the request created, fenced.
+const setObjectSQL = `
+UPDATE idempotency_keys SET object_id = $5
+ WHERE tenant_id = $1 AND key = $2 AND created_at = $3 AND lock_version = $4 AND state = 'started'`
+
+// SetObject records, inside the transaction that creates it, the id of the
+// object the request created (shown in the tenant's view of the key). It
+// returns ErrLeaseLost if the lease was lost.
+func (l *Lease) SetObject(ctx context.Context, tx pgx.Tx, id string) error {
+	r := l.Record
+	tag, err := tx.Exec(ctx, setObjectSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, id)
+	if err != nil {
+		return fmt.Errorf("set object of %q: %w", r.Key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("set object of %q: %w", r.Key, ErrLeaseLost)
+	}
+	l.Record.ObjectID = id
+	return nil
+}

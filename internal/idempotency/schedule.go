@@ -1,0 +1,87 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// releaseSQL ends an attempt that could not finish (the PSP's outcome is
+// unknown, or it was busy) at the key's last recovery point: the lease ends
+// now and the next attempt is scheduled. The schedule is computed here, by
+// the database, so that the api and every reaper agree on it:
+//
+//   - the n-th failed attempt (n = attempts before this one, from 0) makes
+//     the next due RetryBase·2ⁿ later, jittered by ±25% so that keys that
+//     failed together (a PSP outage) do not come back together, and never
+//     more than RetryMax later; never sooner than $8, the PSP's own
+//     Retry-After for a busy answer;
+//   - a key claimed more than GiveUpAfter ago becomes needs_attention
+//     instead: no next attempt, until an operator acts. last_error stays as
+//     its reason.
+//
+// Fenced like every write of a holder: a worker that lost its lease cannot
+// reschedule (or give up on) a key someone else now holds.
+const releaseSQL = `
+UPDATE idempotency_keys
+   SET locked_until = NULL,
+       attempts = attempts + 1,
+       last_error = left($5, 1000),
+       state = CASE WHEN created_at <= phasepay_now() - $9 * interval '1 microsecond'
+                    THEN 'needs_attention' ELSE 'started' END,
+       next_attempt_at = CASE WHEN created_at <= phasepay_now() - $9 * interval '1 microsecond' THEN NULL
+           ELSE phasepay_now() + greatest(
+                    least(least($6 * power(2, least(attempts, 40)), $7) * (0.75 + random() / 2), $7),
+                    $8) * interval '1 microsecond'
+           END
+ WHERE tenant_id = $1 AND key = $2 AND created_at = $3
+   AND lock_version = $4
+   AND state = 'started'
+RETURNING state, next_attempt_at, greatest(1, ceil(extract(epoch FROM next_attempt_at - phasepay_now())))::int`
+
+// Released is what Release decided for the key.
+type Released struct {
+	// NeedsAttention: the key was given up (GiveUpAfter) and waits for an
+	// operator; NextAttemptAt and RetryAfter are then zero.
+	NeedsAttention bool
+	// NextAttemptAt is when the next attempt is due; RetryAfter is that in
+	// whole seconds from now (at least 1), for a Retry-After header.
+	NextAttemptAt time.Time
+	RetryAfter    int
+}
+
+// Release ends the holder's attempt without finishing: the lease is given
+// up at the key's last recovery point and the next attempt is scheduled
+// (see releaseSQL), no sooner than notBefore from now (a PSP's Retry-After;
+// 0 for the schedule alone). cause is recorded as the key's last_error.
+// It returns ErrLeaseLost if the lease was already lost, in which case
+// there is nothing to release.
+func (l *Lease) Release(ctx context.Context, q DBTX, cause error, notBefore time.Duration) (Released, error) {
+	r := l.Record
+	msg := "released"
+	if cause != nil {
+		msg = cause.Error()
+	}
+	var (
+		state State
+		next  *time.Time
+		rel   Released
+	)
+	err := q.QueryRow(ctx, releaseSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, msg,
+		l.store.cfg.RetryBase.Microseconds(), l.store.cfg.RetryMax.Microseconds(), notBefore.Microseconds(),
+		l.store.cfg.GiveUpAfter.Microseconds()).Scan(&state, &next, &rel.RetryAfter)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Released{}, fmt.Errorf("release %q: %w", r.Key, ErrLeaseLost)
+	}
+	if err != nil {
+		return Released{}, fmt.Errorf("release %q: %w", r.Key, err)
+	}
+	if state == StateNeedsAttention {
+		return Released{NeedsAttention: true}, nil
+	}
+	rel.NextAttemptAt = *next
+	return rel, nil
+}
