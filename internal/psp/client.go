@@ -11,8 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"time"
-
-	"github.com/cenkalti/backoff/v5"
 )
 
 // Defaults for the zero fields of ClientConfig.
@@ -28,44 +26,60 @@ const (
 // limit.
 const maxResponseBytes = 1 << 20
 
-// errMalformed marks a 2xx (or 1xx/3xx) answer that is not an authorization.
-// It is deliberately neither ErrUnavailable nor ErrRejected: the PSP did
-// answer, so retrying at once would most likely get the same bytes back, and
-// calling it "unavailable" would send operators looking for an outage instead
-// of a protocol bug. It is unexported because no caller should branch on it:
-// like any unexpected error it is a 500 for the caller, and the charge stays
-// at its recovery point, where a later retry with the same key is still safe.
+// errMalformed marks an answer that is not what the PSP's API promises: a
+// 2xx that is not an authorization, a 1xx or 3xx. Its class is unknown (it
+// also wraps ErrUnavailable): the PSP may have acted, and only a lookup by
+// reference can tell. It is unexported because callers branch on the class,
+// not on why it is unknown.
 var errMalformed = errors.New("malformed psp response")
+
+// defaultTransport is shared by the clients built without an HTTPClient, as
+// http.DefaultTransport would be: one pool of connections per process.
+var defaultTransport = NewTransport()
 
 // ClientConfig configures a Client. Zero fields take the defaults above.
 type ClientConfig struct {
 	// BaseURL is the PSP's absolute http(s) URL, e.g. http://127.0.0.1:8090.
 	// Required. A path is kept: requests go to {BaseURL}/v1/authorizations.
 	BaseURL string
-	// HTTPClient sends the requests. Nil means a client of this package's own
-	// (on http.DefaultTransport, refusing redirects). Callers may pass one
-	// whose Transport is wrapped, e.g. by otelhttp; its Timeout, if any, is
-	// applied on top of AttemptTimeout.
+	// HTTPClient sends the requests. Nil means a client on this package's
+	// Transport (which never resends a request by itself), refusing
+	// redirects. A caller passing its own must build its transport on
+	// NewTransport (wrapped, e.g. by otelhttp, as it likes): a plain
+	// http.Transport resends lookups, and other requests built without this
+	// client, on its own. Its Timeout, if any, applies on top of
+	// AttemptTimeout.
 	HTTPClient *http.Client
-	// AttemptTimeout bounds one attempt, from sending the request to reading
-	// the whole response. Default 5s.
+	// AttemptTimeout bounds one request, from sending it to reading the
+	// whole answer; a timeout is an unknown outcome. Default 5s.
 	AttemptTimeout time.Duration
-	// MaxAttempts is the number of attempts in total, including the first.
-	// Default 3; 1 disables retries.
+	// MaxAttempts is how many times one call of AuthorizeOutcome may send
+	// the authorization in total, including the first, while busy or
+	// unknown outcomes (each followed by a lookup) leave it unsettled.
+	// Default 3; 1 sends once and settles an unknown outcome only by a
+	// lookup.
 	MaxAttempts int
-	// InitialBackoff is the pause before the second attempt; later pauses
-	// double, each randomized by ±50% so that clients that failed together do
-	// not retry together. Default 50ms.
+	// InitialBackoff is the pause after the first unsettled send; later
+	// pauses double, each randomized by ±50% so that clients that failed
+	// together do not retry together. Default 50ms.
 	InitialBackoff time.Duration
-	// MaxBackoff caps the pause between attempts (before randomization).
+	// MaxBackoff caps the pause between sends (before randomization). It is
+	// also the longest the call waits for a busy PSP: a Retry-After beyond
+	// it ends the call as busy, for the caller's schedule to honour.
 	// Default 1s.
 	MaxBackoff time.Duration
 }
 
 // Client calls the PSP. It is safe for concurrent use.
+//
+// Its methods come in two layers. AuthorizeOnce and Lookup each send one
+// request and classify its answer: the primitives. AuthorizeOutcome
+// composes them into the contract's rule for one attempt of the state
+// machine (look up before resending), and Authorize is AuthorizeOutcome
+// for callers that want only an authorization or an error.
 type Client struct {
 	cfg      ClientConfig
-	endpoint string
+	endpoint string // {BaseURL}/v1/authorizations
 }
 
 // NewClient fills in the defaults of cfg and validates it.
@@ -97,164 +111,227 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{
-			// A redirect of a POST may be replayed as a GET (301, 302) or
-			// without the caller knowing where it went; a PSP that redirects
-			// an authorization is misconfigured, so surface it instead.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		cfg.HTTPClient = NewHTTPClient(defaultTransport)
 	}
 	return &Client{cfg: cfg, endpoint: base.JoinPath("v1", "authorizations").String()}, nil
 }
 
-// Authorize asks the PSP to authorize req. A decline is not an error: it
-// comes back as an Authorization with Status StatusDeclined.
-//
-// Attempts that fail transiently (5xx, AttemptTimeout, a connection error or
-// a connection dropped before the answer) are retried with exponential
-// backoff and jitter, up to MaxAttempts and while ctx lasts, always with the
-// same idempotency key: whichever attempt the PSP processed first decides the
-// result, and the others replay it.
-//
-// Errors:
-//   - ErrUnavailable: every attempt failed transiently, or ctx's deadline
-//     passed (the error then also matches context.DeadlineExceeded). The
-//     authorization may exist at the PSP; retry later with the same key.
-//   - ErrRejected: a 4xx, not retried; the error holds the status and body.
-//   - context.Canceled: ctx was canceled; the caller gave up, which says
-//     nothing about the PSP, so this is not ErrUnavailable.
-//   - anything else is permanent: a missing key, or an answer that is not an
-//     authorization (see errMalformed).
-func (c *Client) Authorize(ctx context.Context, req AuthorizeRequest) (Authorization, error) {
-	if req.IdempotencyKey == "" {
-		return Authorization{}, errors.New("authorize: idempotency key is required")
-	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return Authorization{}, fmt.Errorf("authorize %s: encode request: %w", req.IdempotencyKey, err)
-	}
-
-	var (
-		attempts  int
-		last      error
-		permanent bool
-	)
-	op := func() (Authorization, error) {
-		attempts++
-		auth, err := c.attempt(ctx, req.IdempotencyKey, body)
-		last = err
-		var perm *backoff.PermanentError
-		if permanent = errors.As(err, &perm); permanent {
-			last = perm.Err
-		}
-		return auth, err
-	}
-	auth, err := backoff.Retry(ctx, op,
-		backoff.WithBackOff(&backoff.ExponentialBackOff{
-			InitialInterval:     c.cfg.InitialBackoff,
-			RandomizationFactor: 0.5,
-			Multiplier:          2,
-			MaxInterval:         c.cfg.MaxBackoff,
-		}),
-		backoff.WithMaxTries(uint(c.cfg.MaxAttempts)),
-		// ctx and MaxAttempts bound the call; the library's own 15-minute
-		// default would only be a third, surprising limit.
-		backoff.WithMaxElapsedTime(0),
-	)
-	switch {
-	case err == nil:
-		return auth, nil
-	case permanent:
-		// Keep the PSP's definite answer even if ctx ended just after it.
-		return Authorization{}, fmt.Errorf("authorize %s: %w", req.IdempotencyKey, last)
-	case ctx.Err() != nil:
-		// backoff.Retry returns the bare context error when ctx ends between
-		// attempts; what the last attempt saw is kept for the log.
-		return Authorization{}, fmt.Errorf("authorize %s: after %d attempts: %w", req.IdempotencyKey, attempts, contextError(ctx, last))
-	default:
-		return Authorization{}, fmt.Errorf("authorize %s: after %d attempts: %w", req.IdempotencyKey, attempts, err)
+// NewHTTPClient returns an http.Client for PSP requests on rt, which
+// should be a Transport, possibly wrapped. It follows no redirect: a
+// redirect of a POST may be replayed as a GET (301, 302) or sent somewhere
+// nobody chose; a PSP that redirects is misconfigured, and the 3xx is
+// surfaced as an unknown outcome instead.
+func NewHTTPClient(rt http.RoundTripper) *http.Client {
+	return &http.Client{
+		Transport:     rt,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
 
-// attempt makes one request. Transient failures wrap ErrUnavailable; the
-// others are wrapped in backoff.Permanent so that Retry stops.
-func (c *Client) attempt(ctx context.Context, key string, body []byte) (Authorization, error) {
+// AuthorizeOnce sends req once, exactly: no retry, no lookup. It is the
+// primitive under AuthorizeOutcome, for callers that apply the contract's
+// rule themselves. The Outcome's class is always set; the error is nil for
+// a success and a decline, and otherwise wraps the class's sentinel
+// (ErrRejected, ErrBusy, ErrUnavailable), or context.Canceled when ctx was
+// canceled (the caller left: the class is unknown, but the PSP is not known
+// to be at fault).
+func (c *Client) AuthorizeOnce(ctx context.Context, req AuthorizeRequest) (Outcome, error) {
+	if req.IdempotencyKey == "" {
+		return Outcome{}, errors.New("authorize: idempotency key is required")
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("authorize %s: encode request: %w", req.IdempotencyKey, err)
+	}
+	out, err := c.send(ctx, req, body)
+	if err != nil {
+		return out, fmt.Errorf("authorize %s: %w", req.IdempotencyKey, err)
+	}
+	return out, nil
+}
+
+// send is AuthorizeOnce with the body already encoded.
+func (c *Client) send(ctx context.Context, req AuthorizeRequest, body []byte) (Outcome, error) {
+	ans := c.do(ctx, http.MethodPost, c.endpoint, req.IdempotencyKey, body)
+	out := Outcome{StatusCode: ans.status, Sent: 1}
+	var result string
+	if ans.err == nil && ans.status >= 200 && ans.status < 300 {
+		out.Authorization, ans.err = decodeAuthorization(ans.body, req.Reference)
+		result = out.Authorization.Status
+	}
+	out.Class = Classify(ans.status, result, ans.err)
+	switch out.Class {
+	case ClassSuccess:
+		return out, nil
+	case ClassFinalFailure:
+		if out.Declined() {
+			return out, nil
+		}
+		out.Reason = reason(ans.body)
+		return out, fmt.Errorf("%w: status %d: %s", ErrRejected, ans.status, out.Reason)
+	case ClassBusy:
+		out.RetryAfter = ans.retryAfter
+		out.Reason = reason(ans.body)
+		return out, fmt.Errorf("%w: status %d: %s", ErrBusy, ans.status, out.Reason)
+	default:
+		out.Authorization = Authorization{}
+		err := ans.unknown(ctx)
+		out.Reason = err.Error()
+		return out, err
+	}
+}
+
+// Lookup asks the PSP for every authorization it made for reference (a
+// charge id), by GET {BaseURL}/v1/authorizations?reference=, in the PSP's
+// order. The PSP remembers them for ever, unlike idempotency keys, which
+// is why a lookup, not a resend, is how an unknown outcome is settled.
+//
+// An empty list means the PSP holds no authorization for reference: a
+// request whose answer was lost was not acted on, and sending it again is
+// safe. Any failure wraps ErrUnavailable (the outcome stays unknown), or
+// context.Canceled when ctx was canceled.
+func (c *Client) Lookup(ctx context.Context, reference string) ([]Authorization, error) {
+	if reference == "" {
+		return nil, errors.New("lookup: reference is required")
+	}
+	u := c.endpoint + "?" + url.Values{"reference": {reference}}.Encode()
+	ans := c.do(ctx, http.MethodGet, u, "", nil)
+	if ans.err == nil && ans.status != http.StatusOK {
+		ans.err = fmt.Errorf("status %d: %s", ans.status, snippet(ans.body))
+	}
+	if ans.err != nil {
+		return nil, fmt.Errorf("lookup %s: %w", reference, ans.unknown(ctx))
+	}
+	var list struct {
+		Data []Authorization `json:"data"`
+	}
+	if err := json.Unmarshal(ans.body, &list); err != nil || list.Data == nil {
+		return nil, fmt.Errorf("lookup %s: %w: %w: not a list: %s", reference, ErrUnavailable, errMalformed, snippet(ans.body))
+	}
+	for _, a := range list.Data {
+		if err := checkAuthorization(a, reference); err != nil {
+			return nil, fmt.Errorf("lookup %s: %w: %w", reference, ErrUnavailable, err)
+		}
+	}
+	return list.Data, nil
+}
+
+// answer is one HTTP exchange, before it is classified.
+type answer struct {
+	status     int // 0 if none arrived
+	body       []byte
+	retryAfter time.Duration
+	err        error // sending, or reading the whole answer
+}
+
+// unknown is the error of an exchange whose outcome is unknown. A canceled
+// ctx is the caller leaving, which says nothing about the PSP, so it is not
+// ErrUnavailable; a deadline is the PSP not answering in time, so it is.
+func (a answer) unknown(ctx context.Context) error {
+	cause := a.err
+	if cause == nil {
+		cause = fmt.Errorf("status %d: %s", a.status, snippet(a.body))
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		err := ctx.Err()
+		if c := context.Cause(ctx); c != nil && !errors.Is(c, err) {
+			err = fmt.Errorf("%w: %w", err, c)
+		}
+		// %v: the exchange's error must not make a cancellation look like
+		// a PSP failure.
+		return fmt.Errorf("%w (%v)", err, a.err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
+}
+
+// do makes one request, reading the whole answer inside AttemptTimeout, so
+// that an answer cut short is an error here rather than a half-read body.
+func (c *Client) do(ctx context.Context, method, u, key string, body []byte) answer {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 	defer cancel()
 
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
-	if err != nil {
-		return Authorization{}, backoff.Permanent(fmt.Errorf("build request: %w", err))
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
-	httpReq.Header.Set("Content-Type", "application/json")
-	httpReq.Header.Set("Accept", "application/json")
-	httpReq.Header.Set("Idempotency-Key", key)
-
-	resp, err := c.cfg.HTTPClient.Do(httpReq)
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		// Whether the PSP got the request or not (refused, reset, EOF before
-		// the answer, attempt timeout), sending it again under the same key
-		// is harmless, so every transport error is worth another attempt.
-		return Authorization{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return answer{err: fmt.Errorf("build request: %w", err)}
+	}
+	// Belt and braces with Transport: without GetBody net/http cannot
+	// resend the request on its own, whatever transport a caller passed.
+	req.GetBody = nil
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+
+	resp, err := c.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return answer{err: err}
 	}
 	defer resp.Body.Close()
-
-	// The body is read whole inside the attempt's timeout, so a connection
-	// dropped halfway through the answer is a transient failure too.
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return Authorization{}, fmt.Errorf("%w: read response (status %d): %w", ErrUnavailable, resp.StatusCode, err)
+		return answer{status: resp.StatusCode, err: fmt.Errorf("read answer (status %d): %w", resp.StatusCode, err)}
 	}
-
-	switch code := resp.StatusCode; {
-	case code >= 500:
-		return Authorization{}, fmt.Errorf("%w: status %d: %s", ErrUnavailable, code, snippet(raw))
-	case code >= 400:
-		return Authorization{}, backoff.Permanent(fmt.Errorf("%w: status %d: %s", ErrRejected, code, snippet(raw)))
-	case code >= 200 && code < 300:
-		auth, err := decodeAuthorization(raw)
-		if err != nil {
-			return Authorization{}, backoff.Permanent(fmt.Errorf("status %d: %w", code, err))
-		}
-		return auth, nil
-	default:
-		return Authorization{}, backoff.Permanent(fmt.Errorf("%w: unexpected status %d: %s", errMalformed, code, snippet(raw)))
+	a := answer{status: resp.StatusCode, body: raw}
+	if a.status == http.StatusConflict || a.status == http.StatusTooManyRequests {
+		a.retryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}
+	if a.status < 200 || (a.status >= 300 && a.status < 400) {
+		a.err = fmt.Errorf("%w: unexpected status %d: %s", errMalformed, a.status, snippet(raw))
+	}
+	return a
 }
 
 // decodeAuthorization parses and checks a 2xx body; a zero Authorization
 // must never pass for a real one.
-func decodeAuthorization(raw []byte) (Authorization, error) {
+func decodeAuthorization(raw []byte, reference string) (Authorization, error) {
 	var auth Authorization
 	if err := json.Unmarshal(raw, &auth); err != nil {
 		return Authorization{}, fmt.Errorf("%w: %w: %s", errMalformed, err, snippet(raw))
 	}
-	if auth.ID == "" {
-		return Authorization{}, fmt.Errorf("%w: empty id: %s", errMalformed, snippet(raw))
-	}
-	if auth.Status != StatusAuthorized && auth.Status != StatusDeclined {
-		return Authorization{}, fmt.Errorf("%w: unknown status %q", errMalformed, auth.Status)
+	if err := checkAuthorization(auth, reference); err != nil {
+		return Authorization{}, err
 	}
 	return auth, nil
 }
 
-// contextError explains why the call ended when ctx did. Running out of time
-// is the PSP not answering in time, hence ErrUnavailable; a cancellation is
-// the caller leaving, which says nothing about the PSP.
-func contextError(ctx context.Context, last error) error {
-	err := ctx.Err()
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, err) {
-		err = fmt.Errorf("%w: %w", err, cause)
+// checkAuthorization rejects an authorization this service could not record
+// faithfully, or one made for another charge.
+func checkAuthorization(auth Authorization, reference string) error {
+	switch {
+	case auth.ID == "":
+		return fmt.Errorf("%w: empty id", errMalformed)
+	case auth.Status != StatusAuthorized && auth.Status != StatusDeclined:
+		return fmt.Errorf("%w: unknown status %q", errMalformed, auth.Status)
+	case auth.Reference != "" && auth.Reference != reference:
+		return fmt.Errorf("%w: authorization %s is for %q, not %q", errMalformed, auth.ID, auth.Reference, reference)
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return nil
+}
+
+// reason extracts the PSP's explanation from an error body: the message of
+// {"error": {"code", "message"}}, as the mock (and most PSPs) answer, or
+// else the body itself, shortened.
+func reason(raw []byte) string {
+	var e struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
 	}
-	if last != nil {
-		// %v, not %w: the last attempt's error may wrap ErrUnavailable, which
-		// a cancellation must not inherit.
-		err = fmt.Errorf("%w (last attempt: %v)", err, last)
+	if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
+		if e.Error.Code != "" {
+			return e.Error.Code + ": " + e.Error.Message
+		}
+		return e.Error.Message
 	}
-	return err
+	return snippet(raw)
 }
 
 // snippet keeps error messages one short line even when the PSP answers

@@ -3,6 +3,7 @@ package psp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,39 +18,58 @@ import (
 type clientBundle struct {
 	mock   *Mock
 	client *Client
-	// keys holds the Idempotency-Key of every request that reached the
-	// server, in order, whether or not the mock saw it.
-	keys *keyLog
+	// wire holds every request that reached the server, in order, whether
+	// or not the mock saw it: "POST <key>" or "GET <reference>".
+	wire *wireLog
 }
 
-type keyLog struct {
+type wireLog struct {
 	mu   sync.Mutex
-	keys []string
+	reqs []string
 }
 
-func (l *keyLog) add(key string) int {
+func (l *wireLog) add(r *http.Request) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.keys = append(l.keys, key)
-	return len(l.keys)
+	s := r.Method + " " + r.Header.Get("Idempotency-Key")
+	if r.Method == http.MethodGet {
+		s = r.Method + " " + r.URL.Query().Get("reference")
+	}
+	l.reqs = append(l.reqs, s)
+	return len(l.reqs)
 }
 
-func (l *keyLog) all() []string {
+func (l *wireLog) all() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]string(nil), l.keys...)
+	return append([]string(nil), l.reqs...)
 }
 
-// setupClient serves a mock behind a handler that logs each request and may
-// answer it itself: intercept gets the request's 1-based number and returns
-// false to let the mock answer. cfg's BaseURL is filled in, and its zero
-// backoffs are made short so that retries cost milliseconds.
-func setupClient(t *testing.T, f Faults, cfg ClientConfig, intercept func(n int, w http.ResponseWriter, r *http.Request) bool) *clientBundle {
+// interceptFunc may answer a request itself: it gets the request's 1-based
+// number among all requests and returns false to let the mock answer.
+type interceptFunc func(n int, w http.ResponseWriter, r *http.Request) bool
+
+// postsOnly applies answer to authorization requests (POSTs) only, letting
+// the mock answer the lookups.
+func postsOnly(answer func(w http.ResponseWriter)) interceptFunc {
+	return func(_ int, w http.ResponseWriter, r *http.Request) bool {
+		if r.Method != http.MethodPost {
+			return false
+		}
+		answer(w)
+		return true
+	}
+}
+
+// setupClient serves a mock configured by mcfg behind a handler that logs
+// each request and may answer it itself. cfg's BaseURL is filled in, and its
+// zero backoffs are made short so that retries cost milliseconds.
+func setupClient(t *testing.T, mcfg MockConfig, cfg ClientConfig, intercept interceptFunc) *clientBundle {
 	t.Helper()
-	b := setupMock(t, f)
-	keys := &keyLog{}
+	b := setupMockConfig(t, mcfg)
+	wire := &wireLog{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := keys.add(r.Header.Get("Idempotency-Key"))
+		n := wire.add(r)
 		if intercept != nil && intercept(n, w, r) {
 			return
 		}
@@ -61,21 +81,26 @@ func setupClient(t *testing.T, f Faults, cfg ClientConfig, intercept func(n int,
 	if cfg.InitialBackoff == 0 {
 		cfg.InitialBackoff, cfg.MaxBackoff = time.Millisecond, 5*time.Millisecond
 	}
+	if cfg.HTTPClient == nil {
+		// A transport per test, closed with it: goleak sees no idle
+		// connection left behind.
+		cfg.HTTPClient = NewHTTPClient(NewTransport())
+		t.Cleanup(cfg.HTTPClient.CloseIdleConnections)
+	}
 	client, err := NewClient(cfg)
 	require.NoError(t, err)
-	return &clientBundle{mock: b.mock, client: client, keys: keys}
+	return &clientBundle{mock: b.mock, client: client, wire: wire}
 }
 
+// visaRequest is a charge's first attempt: nothing sent before.
 func visaRequest(key string) AuthorizeRequest {
-	return AuthorizeRequest{IdempotencyKey: key, Amount: 1000, Currency: "usd", PaymentMethod: "pm_card_visa", Reference: "ch_1"}
+	return AuthorizeRequest{IdempotencyKey: key, FirstSend: true, Amount: 1000, Currency: "usd", PaymentMethod: "pm_card_visa", Reference: "ch_1"}
 }
 
-func repeat(key string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = key
-	}
-	return out
+// resumed is req as a later attempt sends it: something may have been sent.
+func resumed(req AuthorizeRequest) AuthorizeRequest {
+	req.FirstSend = false
+	return req
 }
 
 func TestAuthorize(t *testing.T) {
@@ -83,50 +108,89 @@ func TestAuthorize(t *testing.T) {
 
 	t.Run("Authorized", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, Faults{}, ClientConfig{}, nil)
-		auth, err := b.client.Authorize(t.Context(), visaRequest("ch_1:authorize"))
+		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("ch_1:authorize"))
 		require.NoError(t, err)
-		require.Equal(t, StatusAuthorized, auth.Status)
-		require.Nil(t, auth.DeclineCode)
+		require.Equal(t, ClassSuccess, out.Class)
+		require.Equal(t, StatusAuthorized, out.Authorization.Status)
+		require.Nil(t, out.Authorization.DeclineCode)
+		require.Equal(t, "ch_1", out.Authorization.Reference)
+		require.Equal(t, 1, out.Sent)
+		require.Zero(t, out.Lookups, "a first send needs no lookup")
+		require.False(t, out.FoundByLookup)
 
 		ledger := b.mock.Authorizations()
 		require.Len(t, ledger, 1)
 		require.Equal(t, LedgerEntry{
-			ID: auth.ID, IdempotencyKey: "ch_1:authorize", Reference: "ch_1",
+			ID: out.Authorization.ID, IdempotencyKey: "ch_1:authorize", Reference: "ch_1",
 			Amount: 1000, Currency: "usd", Status: StatusAuthorized, Attempts: 1,
 		}, ledger[0])
 	})
 
-	t.Run("DeclinedIsAnAnswerNotAnError", func(t *testing.T) {
+	t.Run("DeclinedIsAFinalAnswerNotAnError", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, Faults{}, ClientConfig{}, nil)
+		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
 		req := visaRequest("k1")
 		req.PaymentMethod = PaymentMethodDeclined
-		auth, err := b.client.Authorize(t.Context(), req)
+		out, err := b.client.AuthorizeOutcome(t.Context(), req)
 		require.NoError(t, err)
-		require.Equal(t, StatusDeclined, auth.Status)
-		require.NotNil(t, auth.DeclineCode)
-		require.Equal(t, DeclineCodeCardDeclined, *auth.DeclineCode)
-		require.Equal(t, []string{"k1"}, b.keys.all())
+		require.Equal(t, ClassFinalFailure, out.Class)
+		require.True(t, out.Declined())
+		require.NotNil(t, out.Authorization.DeclineCode)
+		require.Equal(t, DeclineCodeCardDeclined, *out.Authorization.DeclineCode)
+		require.Equal(t, []string{"POST k1"}, b.wire.all())
 	})
 
-	t.Run("KeyRequired", func(t *testing.T) {
+	t.Run("ResumeLooksUpFirst", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, Faults{}, ClientConfig{}, nil)
-		_, err := b.client.Authorize(t.Context(), visaRequest(""))
+		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		out, err := b.client.AuthorizeOutcome(t.Context(), resumed(visaRequest("k1")))
+		require.NoError(t, err)
+		require.Equal(t, ClassSuccess, out.Class)
+		require.Equal(t, []string{"GET ch_1", "POST k1"}, b.wire.all())
+		require.Equal(t, 1, out.Lookups)
+	})
+
+	t.Run("CompatibleAuthorize", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		auth, err := b.client.Authorize(t.Context(), visaRequest("k1"))
+		require.NoError(t, err)
+		require.Equal(t, StatusAuthorized, auth.Status)
+
+		req := visaRequest("k2")
+		req.PaymentMethod = "card_visa"
+		_, err = b.client.Authorize(t.Context(), req)
+		require.ErrorIs(t, err, ErrRejected)
+	})
+
+	t.Run("KeyAndReferenceRequired", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		_, err := b.client.AuthorizeOutcome(t.Context(), visaRequest(""))
 		require.Error(t, err)
-		require.Empty(t, b.keys.all(), "nothing may be sent without a key")
+		_, err = b.client.AuthorizeOnce(t.Context(), visaRequest(""))
+		require.Error(t, err)
+		noRef := visaRequest("k1")
+		noRef.Reference = ""
+		_, err = b.client.AuthorizeOutcome(t.Context(), noRef)
+		require.Error(t, err)
+		_, err = b.client.Lookup(t.Context(), "")
+		require.Error(t, err)
+		require.Empty(t, b.wire.all(), "nothing may be sent without a key and a reference")
 	})
 
 	t.Run("CustomHTTPClient", func(t *testing.T) {
 		t.Parallel()
 		var used bool
-		httpClient := &http.Client{Transport: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		tr := NewTransport()
+		t.Cleanup(tr.CloseIdleConnections)
+		httpClient := NewHTTPClient(roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 			used = true
-			return http.DefaultTransport.RoundTrip(r)
-		})}
-		b := setupClient(t, Faults{}, ClientConfig{HTTPClient: httpClient}, nil)
-		_, err := b.client.Authorize(t.Context(), visaRequest("k1"))
+			return tr.RoundTrip(r)
+		}))
+		b := setupClient(t, MockConfig{}, ClientConfig{HTTPClient: httpClient}, nil)
+		_, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
 		require.NoError(t, err)
 		require.True(t, used)
 	})
@@ -136,83 +200,426 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func TestRetries503ThenSucceedsWithSameKey(t *testing.T) {
+// TestLostAnswerIsResolvedByLookup: the PSP authorizes and the answer is
+// lost. The client asks the PSP by reference instead of sending again, and
+// records what it finds as if it had been answered.
+func TestLostAnswerIsResolvedByLookup(t *testing.T) {
 	t.Parallel()
-	b := setupClient(t, Faults{}, ClientConfig{MaxAttempts: 3}, func(n int, w http.ResponseWriter, _ *http.Request) bool {
-		if n <= 2 {
-			http.Error(w, "overloaded", http.StatusServiceUnavailable)
-			return true
-		}
-		return false
-	})
+	b := setupClient(t, MockConfig{Faults: Faults{DropRate: 1}}, ClientConfig{}, nil)
 
-	auth, err := b.client.Authorize(t.Context(), visaRequest("k1"))
+	out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
 	require.NoError(t, err)
-	require.Equal(t, StatusAuthorized, auth.Status)
-	require.Equal(t, repeat("k1", 3), b.keys.all())
-	require.Len(t, b.mock.Authorizations(), 1)
+	require.Equal(t, ClassSuccess, out.Class)
+	require.True(t, out.FoundByLookup)
+	require.Equal(t, 1, out.Sent, "found by lookup: never sent again")
+	require.Equal(t, 1, out.Lookups)
+
+	ledger := b.mock.Authorizations()
+	require.Len(t, ledger, 1)
+	require.Equal(t, ledger[0].ID, out.Authorization.ID)
+	reqs := b.mock.Requests()
+	require.Len(t, reqs, 2)
+	require.Equal(t, [2]int{0, 200}, [2]int{reqs[0].Status, reqs[1].Status}, "the answer was dropped, the lookup answered")
+	require.Equal(t, http.MethodGet, reqs[1].Method)
+	require.Equal(t, "ch_1", reqs[1].Reference)
+
+	t.Run("Decline", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{Faults: Faults{DropRate: 1}}, ClientConfig{}, nil)
+		req := visaRequest("k1")
+		req.PaymentMethod = PaymentMethodDeclined
+		out, err := b.client.AuthorizeOutcome(t.Context(), req)
+		require.NoError(t, err)
+		require.True(t, out.Declined())
+		require.True(t, out.FoundByLookup)
+		require.Equal(t, b.mock.Authorizations()[0].ID, out.Authorization.ID)
+	})
 }
 
-func TestRetriesResponseCutShort(t *testing.T) {
+// TestLookupBeforeResend: after an unknown outcome the client sends the
+// authorization again only after a lookup that found nothing; when the
+// lookup fails, it sends nothing more.
+func TestLookupBeforeResend(t *testing.T) {
 	t.Parallel()
-	b := setupClient(t, Faults{}, ClientConfig{}, func(n int, w http.ResponseWriter, _ *http.Request) bool {
-		if n == 1 {
+
+	t.Run("NotFoundThenResent", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{}, func(n int, w http.ResponseWriter, r *http.Request) bool {
+			if n == 1 {
+				http.Error(w, "overloaded", http.StatusServiceUnavailable)
+				return true
+			}
+			return false
+		})
+		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
+		require.NoError(t, err)
+		require.Equal(t, ClassSuccess, out.Class)
+		require.False(t, out.FoundByLookup)
+		require.Equal(t, []string{"POST k1", "GET ch_1", "POST k1"}, b.wire.all())
+		require.Equal(t, 2, out.Sent)
+		require.Equal(t, 1, out.Lookups)
+		require.Len(t, b.mock.Authorizations(), 1)
+	})
+
+	t.Run("LookupFailsNothingMoreIsSent", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{Faults: Faults{DropRate: 1, LookupErrorRate: 1}}, ClientConfig{}, nil)
+		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
+		require.ErrorIs(t, err, ErrUnavailable)
+		require.ErrorContains(t, err, "lookup")
+		require.Equal(t, ClassUnknown, out.Class)
+		require.Equal(t, []string{"POST k1", "GET ch_1"}, b.wire.all())
+		require.Equal(t, 1, b.mock.Injected().LookupErrors)
+	})
+
+	t.Run("ResumeWhoseLookupFailsSendsNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{Faults: Faults{LookupErrorRate: 1}}, ClientConfig{}, nil)
+		out, err := b.client.AuthorizeOutcome(t.Context(), resumed(visaRequest("k1")))
+		require.ErrorIs(t, err, ErrUnavailable)
+		require.Equal(t, ClassUnknown, out.Class)
+		require.Zero(t, out.Sent)
+		require.Equal(t, []string{"GET ch_1"}, b.wire.all())
+	})
+
+	t.Run("EveryUnknownIsLookedUp", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{MaxAttempts: 3}, postsOnly(func(w http.ResponseWriter) {
+			http.Error(w, "overloaded", http.StatusBadGateway)
+		}))
+		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
+		require.ErrorIs(t, err, ErrUnavailable)
+		require.ErrorContains(t, err, "502")
+		require.Equal(t, ClassUnknown, out.Class)
+		require.Equal(t, 502, out.StatusCode)
+		require.Equal(t, 3, out.Sent)
+		require.Equal(t, 3, out.Lookups, "the last send is looked up too: no 503 when a lookup could settle it")
+		require.Equal(t, []string{"POST k1", "GET ch_1", "POST k1", "GET ch_1", "POST k1", "GET ch_1"}, b.wire.all())
+	})
+
+	// The property over many calls under every fault at once, read from
+	// the mock's own request log as a black-box test would.
+	t.Run("UnderFaults", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{Faults: Faults{ErrorRate: 0.3, DropRate: 0.3, LookupErrorRate: 0.3}}, ClientConfig{}, nil)
+		for i := range 40 {
+			req := visaRequest(fmt.Sprintf("ch_%d:authorize", i))
+			req.Reference = fmt.Sprintf("ch_%d", i)
+			req.FirstSend = i%2 == 0
+			_, _ = b.client.AuthorizeOutcome(t.Context(), req)
+		}
+		requireLookupBeforeEveryResend(t, b.mock.Requests())
+		require.Positive(t, b.mock.Injected().Drops)
+	})
+}
+
+// requireLookupBeforeEveryResend checks, per reference, that an
+// authorization is never sent again after a send without a lookup that
+// answered between them.
+func requireLookupBeforeEveryResend(t *testing.T, reqs []RequestEntry) {
+	t.Helper()
+	sentSinceLookup := map[string]bool{}
+	var posts, lookups int
+	for i, r := range reqs {
+		switch {
+		case r.Method == http.MethodPost:
+			posts++
+			require.False(t, sentSinceLookup[r.Reference], "request %d: %s sent again without a lookup: %+v", i, r.Reference, reqs)
+			sentSinceLookup[r.Reference] = true
+		case r.Method == http.MethodGet && r.Status == http.StatusOK:
+			lookups++
+			sentSinceLookup[r.Reference] = false
+		}
+	}
+	require.Positive(t, posts)
+	require.Positive(t, lookups)
+}
+
+func TestBusyIsRetriedUnderSameKey(t *testing.T) {
+	t.Parallel()
+
+	t.Run("WithoutLookup", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{}, func(n int, w http.ResponseWriter, _ *http.Request) bool {
+			switch n {
+			case 1:
+				http.Error(w, "slow down", http.StatusTooManyRequests)
+			case 2:
+				http.Error(w, "in progress", http.StatusConflict)
+			default:
+				return false
+			}
+			return true
+		})
+		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
+		require.NoError(t, err)
+		require.Equal(t, ClassSuccess, out.Class)
+		require.Equal(t, []string{"POST k1", "POST k1", "POST k1"}, b.wire.all(), "nothing was done: no lookup needed")
+	})
+
+	t.Run("HonoursShortRetryAfter", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{InitialBackoff: time.Millisecond, MaxBackoff: 2 * time.Second}, func(n int, w http.ResponseWriter, _ *http.Request) bool {
+			if n == 1 {
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusTooManyRequests)
+				return true
+			}
+			return false
+		})
+		start := time.Now()
+		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
+		require.NoError(t, err)
+		require.Equal(t, ClassSuccess, out.Class)
+		require.GreaterOrEqual(t, time.Since(start), time.Second)
+	})
+
+	t.Run("LongRetryAfterIsTheCallersToSchedule", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{}, postsOnly(func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "30")
+			http.Error(w, `{"error":{"code":"rate_limited","message":"slow down"}}`, http.StatusTooManyRequests)
+		}))
+		start := time.Now()
+		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
+		require.ErrorIs(t, err, ErrBusy)
+		require.NotErrorIs(t, err, ErrUnavailable)
+		require.Equal(t, ClassBusy, out.Class)
+		require.Equal(t, 30*time.Second, out.RetryAfter)
+		require.Equal(t, "rate_limited: slow down", out.Reason)
+		require.Equal(t, 1, out.Sent)
+		require.Less(t, time.Since(start), time.Second)
+	})
+
+	t.Run("BudgetSpent", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{MaxAttempts: 2}, postsOnly(func(w http.ResponseWriter) {
+			http.Error(w, "busy", http.StatusConflict)
+		}))
+		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
+		require.ErrorIs(t, err, ErrBusy)
+		require.Equal(t, ClassBusy, out.Class)
+		require.Zero(t, out.RetryAfter)
+		require.Equal(t, []string{"POST k1", "POST k1"}, b.wire.all())
+	})
+}
+
+// TestFinalFailureIsNeverResent: a request the PSP refused (nothing done)
+// is a final answer with the PSP's reason, sent once.
+func TestFinalFailureIsNeverResent(t *testing.T) {
+	t.Parallel()
+
+	t.Run("InvalidRequest", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		req := visaRequest("k1")
+		req.PaymentMethod = "card_visa"
+		out, err := b.client.AuthorizeOutcome(t.Context(), req)
+		require.ErrorIs(t, err, ErrRejected)
+		require.NotErrorIs(t, err, ErrUnavailable)
+		require.Equal(t, ClassFinalFailure, out.Class)
+		require.False(t, out.Declined())
+		require.Equal(t, 400, out.StatusCode)
+		require.Contains(t, out.Reason, "invalid_request: payment_method")
+		require.Len(t, b.wire.all(), 1)
+	})
+
+	t.Run("RejectRate", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{Faults: Faults{RejectRate: 1}}, ClientConfig{}, nil)
+		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
+		require.ErrorIs(t, err, ErrRejected)
+		require.Equal(t, ClassFinalFailure, out.Class)
+		require.Equal(t, "rejected: injected fault (reject_rate)", out.Reason)
+		require.Empty(t, b.mock.Authorizations(), "a refusal does nothing")
+		require.Equal(t, []string{"POST k1"}, b.wire.all())
+	})
+
+	t.Run("KeyReusedWithOtherBody", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		_, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
+		require.NoError(t, err)
+		other := visaRequest("k1")
+		other.Amount = 2000
+		out, err := b.client.AuthorizeOutcome(t.Context(), other)
+		require.ErrorIs(t, err, ErrRejected)
+		require.Equal(t, 422, out.StatusCode)
+		require.Contains(t, out.Reason, "idempotency_key_mismatch")
+		require.Equal(t, []string{"POST k1", "POST k1"}, b.wire.all(), "one request per call")
+	})
+
+	t.Run("NotFound", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{}, postsOnly(func(w http.ResponseWriter) {
+			http.Error(w, "no such payment method", http.StatusNotFound)
+		}))
+		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
+		require.ErrorIs(t, err, ErrRejected)
+		require.Equal(t, "no such payment method", out.Reason)
+	})
+}
+
+func TestAuthorizeOnceSendsOnce(t *testing.T) {
+	t.Parallel()
+	for name, answer := range map[string]func(http.ResponseWriter){
+		"ServerError": func(w http.ResponseWriter) { http.Error(w, "boom", http.StatusInternalServerError) },
+		"NotJSON":     func(w http.ResponseWriter) { _, _ = w.Write([]byte("<html>ok</html>")) },
+		"EmptyID":     func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"id":"","status":"authorized"}`)) },
+		"Pending":     func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"id":"auth_1","status":"pending"}`)) },
+		"OtherCharge": func(w http.ResponseWriter) {
+			_, _ = w.Write([]byte(`{"id":"auth_1","status":"authorized","reference":"ch_2"}`))
+		},
+		"EmptyBody": func(w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) },
+		"Redirect": func(w http.ResponseWriter) {
+			w.Header().Set("Location", "/elsewhere")
+			w.WriteHeader(http.StatusFound)
+		},
+		"CutShort": func(w http.ResponseWriter) {
 			// Promise a body and break off inside it.
 			w.Header().Set("Content-Length", "100")
 			w.WriteHeader(http.StatusOK)
 			_, _ = w.Write([]byte(`{"id":"auth_`))
 			panic(http.ErrAbortHandler)
-		}
-		return false
-	})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupClient(t, MockConfig{}, ClientConfig{}, postsOnly(answer))
+			out, err := b.client.AuthorizeOnce(t.Context(), visaRequest("k1"))
+			require.ErrorIs(t, err, ErrUnavailable, "the PSP may have acted")
+			require.NotErrorIs(t, err, ErrRejected)
+			require.Equal(t, ClassUnknown, out.Class)
+			require.Zero(t, out.Authorization, "no half-read authorization")
+			require.Equal(t, []string{"POST k1"}, b.wire.all())
+		})
+	}
 
-	auth, err := b.client.Authorize(t.Context(), visaRequest("k1"))
-	require.NoError(t, err)
-	require.Equal(t, b.mock.Authorizations()[0].ID, auth.ID)
-	require.Equal(t, repeat("k1", 2), b.keys.all())
+	t.Run("MalformedIsMarked", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{}, postsOnly(func(w http.ResponseWriter) { _, _ = w.Write([]byte("{}")) }))
+		_, err := b.client.AuthorizeOnce(t.Context(), visaRequest("k1"))
+		require.ErrorIs(t, err, errMalformed)
+	})
 }
 
-// TestLostResponseRetryGetsFirstAnswer is the case the project exists for:
-// the PSP authorizes, the answer is lost, and the retry must get that same
-// authorization back instead of making a second one.
-func TestLostResponseRetryGetsFirstAnswer(t *testing.T) {
+func TestLookup(t *testing.T) {
 	t.Parallel()
-	var mock *Mock
-	b := setupClient(t, Faults{DropRate: 1}, ClientConfig{}, func(n int, _ http.ResponseWriter, _ *http.Request) bool {
-		if n == 2 {
-			// Only the first answer is lost.
-			if err := mock.SetFaults(Faults{}); err != nil {
-				panic(err)
-			}
-		}
-		return false
-	})
-	mock = b.mock
 
-	auth, err := b.client.Authorize(t.Context(), visaRequest("k1"))
+	t.Run("ListsEveryAuthorizationForTheReference", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		list, err := b.client.Lookup(t.Context(), "ch_1")
+		require.NoError(t, err)
+		require.Empty(t, list)
+		require.NotNil(t, list)
+
+		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
+		require.NoError(t, err)
+		other := visaRequest("k2")
+		other.Reference = "ch_2"
+		_, err = b.client.AuthorizeOutcome(t.Context(), other)
+		require.NoError(t, err)
+
+		list, err = b.client.Lookup(t.Context(), "ch_1")
+		require.NoError(t, err)
+		require.Equal(t, []Authorization{out.Authorization}, list)
+	})
+
+	t.Run("PrefersAnAuthorizedEntry", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{}, func(_ int, w http.ResponseWriter, r *http.Request) bool {
+			switch r.Method {
+			case http.MethodGet:
+				_, _ = w.Write([]byte(`{"data":[{"id":"auth_1","status":"declined","decline_code":"card_declined","reference":"ch_1"},{"id":"auth_2","status":"authorized","reference":"ch_1"}]}`))
+			default:
+				http.Error(w, "boom", http.StatusInternalServerError)
+			}
+			return true
+		})
+		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
+		require.NoError(t, err)
+		require.Equal(t, "auth_2", out.Authorization.ID)
+		require.Equal(t, ClassSuccess, out.Class)
+	})
+
+	for name, body := range map[string]string{
+		"NotJSON":     `<html>`,
+		"NoData":      `{}`,
+		"BadEntry":    `{"data":[{"id":"","status":"authorized"}]}`,
+		"OtherCharge": `{"data":[{"id":"auth_1","status":"authorized","reference":"ch_9"}]}`,
+	} {
+		t.Run("Malformed"+name, func(t *testing.T) {
+			t.Parallel()
+			b := setupClient(t, MockConfig{}, ClientConfig{}, func(_ int, w http.ResponseWriter, _ *http.Request) bool {
+				_, _ = w.Write([]byte(body))
+				return true
+			})
+			_, err := b.client.Lookup(t.Context(), "ch_1")
+			require.ErrorIs(t, err, ErrUnavailable)
+			require.ErrorIs(t, err, errMalformed)
+		})
+	}
+
+	t.Run("ErrorRateFailsLookups", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{Faults: Faults{ErrorRate: 1}}, ClientConfig{}, nil)
+		_, err := b.client.Lookup(t.Context(), "ch_1")
+		require.ErrorIs(t, err, ErrUnavailable)
+		require.ErrorContains(t, err, "503")
+	})
+}
+
+// TestLookupFindsAuthorizationAfterKeyForgotten: the PSP authorized, the
+// answer was lost and so was the lookup; a day later the PSP has forgotten
+// the key. Resending under it would authorize a second time; the lookup
+// that a resume starts with finds the first authorization instead.
+func TestLookupFindsAuthorizationAfterKeyForgotten(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	b := setupClient(t, MockConfig{KeyTTL: time.Hour, Now: clock.now, Faults: Faults{DropRate: 1, LookupErrorRate: 1}}, ClientConfig{}, nil)
+
+	out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.Equal(t, ClassUnknown, out.Class)
+	require.Len(t, b.mock.Authorizations(), 1, "authorized, answer lost, lookup failed")
+
+	clock.advance(2 * time.Hour)
+	require.NoError(t, b.mock.SetFaults(Faults{}))
+	out, err = b.client.AuthorizeOutcome(t.Context(), resumed(visaRequest("k1")))
 	require.NoError(t, err)
+	require.Equal(t, ClassSuccess, out.Class)
+	require.True(t, out.FoundByLookup)
+	require.Zero(t, out.Sent)
 
 	ledger := b.mock.Authorizations()
-	require.Len(t, ledger, 1, "exactly one authorization despite the retry")
-	require.Equal(t, ledger[0].ID, auth.ID, "the retry got the first answer")
-	require.GreaterOrEqual(t, ledger[0].Attempts, 2)
-	keys := b.keys.all()
-	require.Equal(t, repeat("k1", len(keys)), keys, "every attempt carried the same key")
+	require.Len(t, ledger, 1, "never authorized twice")
+	require.Equal(t, ledger[0].ID, out.Authorization.ID)
+	require.Equal(t, []string{"POST k1", "GET ch_1", "GET ch_1"}, b.wire.all())
 }
 
-func TestGivesUpAfterMaxAttempts(t *testing.T) {
-	t.Parallel()
-	b := setupClient(t, Faults{ErrorRate: 1}, ClientConfig{MaxAttempts: 3}, nil)
-
-	_, err := b.client.Authorize(t.Context(), visaRequest("k1"))
-	require.ErrorIs(t, err, ErrUnavailable)
-	require.NotErrorIs(t, err, ErrRejected)
-	require.ErrorContains(t, err, "503")
-	require.Equal(t, repeat("k1", 3), b.keys.all())
-	require.Empty(t, b.mock.Authorizations())
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
 }
 
-func TestRetriesConnectionRefused(t *testing.T) {
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func TestConnectionRefusedIsUnknown(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -221,145 +628,109 @@ func TestRetriesConnectionRefused(t *testing.T) {
 
 	client, err := NewClient(ClientConfig{BaseURL: "http://" + addr, MaxAttempts: 2, InitialBackoff: time.Millisecond})
 	require.NoError(t, err)
-	_, err = client.Authorize(t.Context(), visaRequest("k1"))
+	out, err := client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
 	require.ErrorIs(t, err, ErrUnavailable)
-	require.ErrorContains(t, err, "after 2 attempts")
+	require.ErrorContains(t, err, "lookup")
+	require.Equal(t, ClassUnknown, out.Class)
+	require.Equal(t, 1, out.Sent, "the lookup failed too: nothing is sent again")
 }
 
-func TestDoesNotRetryRejection(t *testing.T) {
+func TestAttemptTimeoutIsUnknown(t *testing.T) {
 	t.Parallel()
-
-	t.Run("KeyReusedWithOtherBody", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, Faults{}, ClientConfig{}, nil)
-		_, err := b.client.Authorize(t.Context(), visaRequest("k1"))
-		require.NoError(t, err)
-
-		other := visaRequest("k1")
-		other.Amount = 2000
-		_, err = b.client.Authorize(t.Context(), other)
-		require.ErrorIs(t, err, ErrRejected)
-		require.NotErrorIs(t, err, ErrUnavailable)
-		require.ErrorContains(t, err, "422")
-		require.ErrorContains(t, err, "idempotency_key_mismatch")
-		require.Equal(t, repeat("k1", 2), b.keys.all(), "one request per call")
-	})
-
-	t.Run("InvalidRequest", func(t *testing.T) {
-		t.Parallel()
-		b := setupClient(t, Faults{}, ClientConfig{}, nil)
-		req := visaRequest("k1")
-		req.PaymentMethod = "card_visa"
-		_, err := b.client.Authorize(t.Context(), req)
-		require.ErrorIs(t, err, ErrRejected)
-		require.ErrorContains(t, err, "400")
-		require.Len(t, b.keys.all(), 1)
-	})
-}
-
-func TestMalformedResponseIsPermanent(t *testing.T) {
-	t.Parallel()
-	for name, answer := range map[string]func(http.ResponseWriter){
-		"NotJSON":       func(w http.ResponseWriter) { _, _ = w.Write([]byte("<html>ok</html>")) },
-		"EmptyID":       func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"id":"","status":"authorized"}`)) },
-		"UnknownStatus": func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"id":"auth_1","status":"pending"}`)) },
-		"EmptyBody":     func(w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) },
-		"Redirect": func(w http.ResponseWriter) {
-			w.Header().Set("Location", "/elsewhere")
-			w.WriteHeader(http.StatusFound)
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			b := setupClient(t, Faults{}, ClientConfig{}, func(_ int, w http.ResponseWriter, _ *http.Request) bool {
-				answer(w)
-				return true
-			})
-			_, err := b.client.Authorize(t.Context(), visaRequest("k1"))
-			require.ErrorIs(t, err, errMalformed)
-			require.NotErrorIs(t, err, ErrUnavailable)
-			require.NotErrorIs(t, err, ErrRejected)
-			require.Len(t, b.keys.all(), 1, "a malformed answer is not retried")
-		})
-	}
-}
-
-func TestAttemptTimeoutIsUnavailable(t *testing.T) {
-	t.Parallel()
-	b := setupClient(t, Faults{LatencyMS: 2000}, ClientConfig{AttemptTimeout: 30 * time.Millisecond, MaxAttempts: 2}, nil)
+	b := setupClient(t, MockConfig{Faults: Faults{LatencyMS: 2000}}, ClientConfig{AttemptTimeout: 30 * time.Millisecond}, nil)
 
 	start := time.Now()
-	_, err := b.client.Authorize(t.Context(), visaRequest("k1"))
+	out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, ClassUnknown, out.Class)
 	require.Less(t, time.Since(start), time.Second)
 
 	// The slow PSP did its work; only the answers were late.
 	ledger := b.mock.Authorizations()
 	require.Len(t, ledger, 1)
-	require.Equal(t, 2, ledger[0].Attempts)
+	require.Equal(t, 1, ledger[0].Attempts)
 }
 
 func TestContextCancellation(t *testing.T) {
 	t.Parallel()
 
-	t.Run("DuringAttempt", func(t *testing.T) {
+	t.Run("DuringSend", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, Faults{LatencyMS: 2000}, ClientConfig{}, nil)
+		b := setupClient(t, MockConfig{Faults: Faults{LatencyMS: 2000}}, ClientConfig{}, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(30*time.Millisecond, cancel)
 
 		start := time.Now()
-		_, err := b.client.Authorize(ctx, visaRequest("k1"))
+		out, err := b.client.AuthorizeOutcome(ctx, visaRequest("k1"))
 		require.ErrorIs(t, err, context.Canceled)
 		require.NotErrorIs(t, err, ErrUnavailable, "the caller left; the PSP is not known to be down")
+		require.Equal(t, ClassUnknown, out.Class, "the PSP may have acted all the same")
 		require.Less(t, time.Since(start), time.Second)
-		require.Len(t, b.keys.all(), 1)
+		require.Equal(t, []string{"POST k1"}, b.wire.all(), "no lookup on a dead context")
 	})
 
-	t.Run("DuringBackoff", func(t *testing.T) {
+	t.Run("DuringPause", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, Faults{ErrorRate: 1}, ClientConfig{InitialBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second}, nil)
+		b := setupClient(t, MockConfig{}, ClientConfig{InitialBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second}, postsOnly(func(w http.ResponseWriter) {
+			http.Error(w, "busy", http.StatusConflict)
+		}))
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(30*time.Millisecond, cancel)
 
 		start := time.Now()
-		_, err := b.client.Authorize(ctx, visaRequest("k1"))
+		out, err := b.client.AuthorizeOutcome(ctx, visaRequest("k1"))
 		require.ErrorIs(t, err, context.Canceled)
-		require.ErrorContains(t, err, "503", "the last attempt's error is kept")
+		require.NotErrorIs(t, err, ErrBusy)
+		require.ErrorContains(t, err, "409", "the last send's error is kept")
+		require.Equal(t, ClassBusy, out.Class)
 		require.Less(t, time.Since(start), time.Second)
+	})
+
+	t.Run("DeadlineDuringPauseKeepsTheClass", func(t *testing.T) {
+		t.Parallel()
+		b := setupClient(t, MockConfig{}, ClientConfig{InitialBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second}, postsOnly(func(w http.ResponseWriter) {
+			http.Error(w, "busy", http.StatusConflict)
+		}))
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+		defer cancel()
+		out, err := b.client.AuthorizeOutcome(ctx, visaRequest("k1"))
+		require.ErrorIs(t, err, ErrBusy)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Equal(t, ClassBusy, out.Class)
 	})
 
 	t.Run("AlreadyCanceled", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, Faults{}, ClientConfig{}, nil)
+		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		_, err := b.client.Authorize(ctx, visaRequest("k1"))
+		_, err := b.client.AuthorizeOutcome(ctx, visaRequest("k1"))
 		require.ErrorIs(t, err, context.Canceled)
 		require.Empty(t, b.mock.Authorizations())
 	})
 
 	t.Run("CancelCause", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, Faults{}, ClientConfig{}, nil)
+		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
 		ctx, cancel := context.WithCancelCause(t.Context())
 		errShutdown := errors.New("shutting down")
 		cancel(errShutdown)
-		_, err := b.client.Authorize(ctx, visaRequest("k1"))
+		_, err := b.client.AuthorizeOutcome(ctx, visaRequest("k1"))
 		require.ErrorIs(t, err, context.Canceled)
 		require.ErrorIs(t, err, errShutdown)
 	})
 
-	t.Run("DeadlineIsUnavailable", func(t *testing.T) {
+	t.Run("DeadlineIsUnknown", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, Faults{LatencyMS: 2000}, ClientConfig{}, nil)
+		b := setupClient(t, MockConfig{Faults: Faults{LatencyMS: 2000}}, ClientConfig{}, nil)
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
 		defer cancel()
 
-		_, err := b.client.Authorize(ctx, visaRequest("k1"))
+		out, err := b.client.AuthorizeOutcome(ctx, visaRequest("k1"))
 		require.ErrorIs(t, err, ErrUnavailable)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Equal(t, ClassUnknown, out.Class)
 	})
 }
 
@@ -377,6 +748,7 @@ func TestNewClient(t *testing.T) {
 		require.Equal(t, MaxBackoffDefault, c.cfg.MaxBackoff)
 		require.NotNil(t, c.cfg.HTTPClient)
 		require.NotSame(t, http.DefaultClient, c.cfg.HTTPClient)
+		require.IsType(t, &Transport{}, c.cfg.HTTPClient.Transport)
 	})
 
 	for name, cfg := range map[string]ClientConfig{

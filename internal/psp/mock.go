@@ -1,6 +1,7 @@
 package psp
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -13,30 +14,47 @@ import (
 // other pm_... is authorized.
 const PaymentMethodDeclined = "pm_card_chargeDeclined"
 
-// Faults are the failures the mock injects into POST /v1/authorizations.
-// The zero value injects none.
+// Defaults for the zero fields of MockConfig (the contract's MOCKPSP_NAME
+// and MOCKPSP_KEY_TTL).
+const (
+	MockNameDefault   = "mockpsp"
+	MockKeyTTLDefault = 24 * time.Hour
+)
+
+// Faults are the failures the mock injects into the PSP API (/v1/...). The
+// zero value injects none.
 type Faults struct {
-	// ErrorRate is the probability, 0..1, of answering 503 without
-	// authorizing.
+	// ErrorRate is the probability, 0..1, of answering 503 without acting:
+	// an outage. It applies to lookups too.
 	ErrorRate float64 `json:"error_rate"`
-	// DropRate is the probability, 0..1, of authorizing (or replaying) and
-	// then closing the connection without answering: the lost-response case
-	// that only an idempotent retry can recover from.
+	// DropRate is the probability, 0..1, of acting (or replaying) and then
+	// closing the connection without answering: the lost-answer case. Never
+	// applied to lookups.
 	DropRate float64 `json:"drop_rate"`
-	// LatencyMS delays every answer of POST /v1/authorizations by this many
-	// milliseconds, after the authorization is made, so a client that times
-	// out has still authorized. The admin endpoints are never delayed: they
-	// are how a test turns the faults off.
+	// RejectRate is the probability, 0..1, of answering 400 without acting:
+	// a final failure. It applies only to a request that would act, not to
+	// a replay of a key the mock remembers (a real PSP replays its first
+	// answer), and never to lookups.
+	RejectRate float64 `json:"reject_rate"`
+	// LookupErrorRate is the probability, 0..1, of answering a lookup
+	// (GET /v1/authorizations?reference=) 503: the lookup that fails.
+	LookupErrorRate float64 `json:"lookup_error_rate"`
+	// LatencyMS delays every answer of the PSP API by this many
+	// milliseconds, after acting, so a client that times out has still
+	// acted. The admin endpoints are never delayed: they are how a test
+	// turns the faults off.
 	LatencyMS int `json:"latency_ms"`
 }
 
 func (f Faults) validate() error {
-	// Written as !(in range) so that NaN fails too.
-	if !(f.ErrorRate >= 0 && f.ErrorRate <= 1) {
-		return fmt.Errorf("error_rate %v: must be between 0 and 1", f.ErrorRate)
-	}
-	if !(f.DropRate >= 0 && f.DropRate <= 1) {
-		return fmt.Errorf("drop_rate %v: must be between 0 and 1", f.DropRate)
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"error_rate", f.ErrorRate}, {"drop_rate", f.DropRate}, {"reject_rate", f.RejectRate}, {"lookup_error_rate", f.LookupErrorRate}} {
+		// Written as !(in range) so that NaN fails too.
+		if !(r.v >= 0 && r.v <= 1) {
+			return fmt.Errorf("%s %v: must be between 0 and 1", r.name, r.v)
+		}
 	}
 	if f.LatencyMS < 0 {
 		return fmt.Errorf("latency_ms %d: must not be negative", f.LatencyMS)
@@ -46,12 +64,30 @@ func (f Faults) validate() error {
 
 func (f Faults) latency() time.Duration { return time.Duration(f.LatencyMS) * time.Millisecond }
 
+// MockConfig configures a Mock. Zero fields take the defaults.
+type MockConfig struct {
+	// Name identifies this mock among several (routing between PSPs): it is
+	// in GET /_admin/faults and bin/mockpsp's logs. Default "mockpsp".
+	Name string
+	// KeyTTL is how long the mock remembers an idempotency key, counted from
+	// the request that first used it; after it, the same key is a new
+	// request, as at real PSPs (about 24 h). What was done stays findable
+	// by lookup for ever. Default 24h.
+	KeyTTL time.Duration
+	// Faults are injected from the start.
+	Faults Faults
+	// Now is the clock that decides when a key is forgotten, and the time
+	// of the request log; tests move it. Default time.Now.
+	Now func() time.Time
+}
+
 // LedgerEntry is one authorization the mock made, as GET
 // /_admin/authorizations lists it.
 type LedgerEntry struct {
 	// ID is the authorization's id, auth_...
 	ID string `json:"id"`
-	// IdempotencyKey is the key of the request that created it.
+	// IdempotencyKey is the key of the request that created it. Two entries
+	// share one only if the mock had forgotten the key (KeyTTL).
 	IdempotencyKey string `json:"idempotency_key"`
 	// Reference is the charge id the client sent.
 	Reference string `json:"reference"`
@@ -61,70 +97,128 @@ type LedgerEntry struct {
 	Currency string `json:"currency"`
 	// Status is StatusAuthorized or StatusDeclined.
 	Status string `json:"status"`
-	// Attempts counts every request received with the key, including those
-	// answered 503, dropped, rejected or sent before the authorization
-	// existed: a test reads it to prove that a retry happened.
+	// Attempts counts every request received with the key, ever, including
+	// those answered 503, dropped, rejected or sent before the
+	// authorization existed: a test reads it to prove that a retry
+	// happened (or did not).
 	Attempts int `json:"attempts"`
 }
 
-// Mock is an in-memory PSP serving the endpoints of CONTRACT.md ("The mock
-// PSP"). It is an http.Handler and safe for concurrent use.
-type Mock struct {
-	mux *http.ServeMux
-
-	// mu guards everything below. One mutex for the whole state is what makes
-	// two concurrent requests with the same new key create one authorization:
-	// the lookup and the insert happen in one critical section.
-	mu       sync.Mutex
-	faults   Faults
-	rand     *rand.Rand // not safe for concurrent use on its own
-	attempts map[string]int
-	byKey    map[string]*record
-	ledger   []*record // creation order
-	injected Injected
+// RequestEntry is one request the PSP API (/v1/...) received, as GET
+// /_admin/requests lists it.
+type RequestEntry struct {
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	// IdempotencyKey is the request's header, empty for lookups.
+	IdempotencyKey string `json:"idempotency_key"`
+	// Reference is the body's reference (POST) or the ?reference= of a
+	// lookup; empty when the request had none that could be read.
+	Reference string `json:"reference"`
+	// Status is the answer's HTTP status; 0 when none was sent (drop_rate,
+	// or the client left first).
+	Status int `json:"status"`
+	// At is when the request was received.
+	At time.Time `json:"at"`
 }
 
 // Injected counts the faults the mock has injected, for a chaos run's
 // summary.
 type Injected struct {
-	Errors int `json:"errors"` // 503s answered instead of authorizing
-	Drops  int `json:"drops"`  // answers dropped after authorizing
+	Errors       int `json:"errors"`        // 503s answered instead of acting (error_rate)
+	Drops        int `json:"drops"`         // answers dropped after acting (drop_rate)
+	Rejects      int `json:"rejects"`       // 400s answered instead of acting (reject_rate)
+	LookupErrors int `json:"lookup_errors"` // lookups answered 503 (lookup_error_rate)
 }
 
-// record is one authorization with the request that created it, which a
+// opKind names one kind of operation the mock performs. Keys, the ledger
+// and lookups are kept per kind, so that captures, voids and refunds are
+// each a kind plus a handler.
+type opKind string
+
+const opAuthorization opKind = "authorizations"
+
+// Mock is an in-memory PSP serving the endpoints of CONTRACT.md ("The mock
+// PSP"). It is an http.Handler and safe for concurrent use.
+type Mock struct {
+	mux    *http.ServeMux
+	name   string
+	keyTTL time.Duration
+	now    func() time.Time
+
+	// mu guards everything below. One mutex for the whole state is what makes
+	// two concurrent requests with the same new key act once: the lookup of
+	// the key and the insert happen in one critical section.
+	mu       sync.Mutex
+	faults   Faults
+	rand     *rand.Rand // not safe for concurrent use on its own
+	attempts map[string]int
+	keys     map[opKey]*record   // keys remembered, possibly past keyTTL (see remembered)
+	ledger   []*record           // every operation, in creation order, for ever
+	byRef    map[opKey][]*record // ledger by kind and reference, for lookups
+	requests []RequestEntry
+	injected Injected
+}
+
+// opKey is a key (an idempotency key or a reference) within one kind.
+type opKey struct {
+	kind opKind
+	key  string
+}
+
+// record is one operation with the request that created it, which a
 // replay must match.
 type record struct {
+	kind opKind
 	key  string
+	at   time.Time // when the key was first used; it is forgotten keyTTL later
 	req  authorizeBody
 	auth Authorization
 }
 
-// NewMock returns a mock PSP injecting f. It fails if f is out of range.
+// NewMock returns a mock PSP injecting f, with the default name and key
+// TTL. It fails if f is out of range.
 func NewMock(f Faults) (*Mock, error) {
-	return newMock(f, rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	return NewMockFromConfig(MockConfig{Faults: f})
+}
+
+// NewMockFromConfig returns a mock PSP configured by cfg.
+func NewMockFromConfig(cfg MockConfig) (*Mock, error) {
+	return newMock(cfg, rand.NewPCG(rand.Uint64(), rand.Uint64()))
 }
 
 // newMock takes the random source so that tests can make fault rolls and ids
 // reproducible.
-func newMock(f Faults, src rand.Source) (*Mock, error) {
-	if err := f.validate(); err != nil {
+func newMock(cfg MockConfig, src rand.Source) (*Mock, error) {
+	if err := cfg.Faults.validate(); err != nil {
 		return nil, fmt.Errorf("mock psp: %w", err)
 	}
+	if cfg.KeyTTL < 0 {
+		return nil, fmt.Errorf("mock psp: key TTL %s: must not be negative", cfg.KeyTTL)
+	}
 	m := &Mock{
-		faults:   f,
+		name:     cmp.Or(cfg.Name, MockNameDefault),
+		keyTTL:   cmp.Or(cfg.KeyTTL, MockKeyTTLDefault),
+		now:      cfg.Now,
+		faults:   cfg.Faults,
 		rand:     rand.New(src),
 		attempts: make(map[string]int),
-		byKey:    make(map[string]*record),
+		keys:     make(map[opKey]*record),
+		byRef:    make(map[opKey][]*record),
+	}
+	if m.now == nil {
+		m.now = time.Now
 	}
 	m.mux = m.routes()
 	return m, nil
 }
 
-// ServeHTTP serves POST /v1/authorizations, GET /_admin/authorizations and
-// PUT /_admin/faults.
+// ServeHTTP serves the PSP API and the admin endpoints.
 func (m *Mock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mux.ServeHTTP(w, r)
 }
+
+// Name returns the mock's name.
+func (m *Mock) Name() string { return m.name }
 
 // SetFaults replaces the injected faults; Faults{} turns them all off. It
 // fails, changing nothing, if f is out of range.
@@ -158,6 +252,9 @@ func (m *Mock) Authorizations() []LedgerEntry {
 	defer m.mu.Unlock()
 	out := make([]LedgerEntry, 0, len(m.ledger))
 	for _, rec := range m.ledger {
+		if rec.kind != opAuthorization {
+			continue
+		}
 		out = append(out, LedgerEntry{
 			ID:             rec.auth.ID,
 			IdempotencyKey: rec.key,
@@ -171,57 +268,149 @@ func (m *Mock) Authorizations() []LedgerEntry {
 	return out
 }
 
-// receive counts a request for key before anything can fail, so that even
-// a malformed or faulted request shows in Attempts, and returns the faults
-// that apply to it.
-func (m *Mock) receive(key string) Faults {
+// Requests returns every request the PSP API received, in order.
+func (m *Mock) Requests() []RequestEntry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append(make([]RequestEntry, 0, len(m.requests)), m.requests...)
+}
+
+// exchange is one request to the PSP API being served: its entry in the
+// request log, and the faults in force when it arrived.
+type exchange struct {
+	m      *Mock
+	i      int // index in m.requests
+	faults Faults
+}
+
+// receive logs a request and counts it for its key before anything can
+// fail, so that even a malformed or faulted request shows in the request
+// log and in Attempts.
+func (m *Mock) receive(r *http.Request, key, reference string) *exchange {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if key != "" {
 		m.attempts[key]++
 	}
-	return m.faults
+	m.requests = append(m.requests, RequestEntry{
+		Method: r.Method, Path: r.URL.Path, IdempotencyKey: key, Reference: reference, At: m.now(),
+	})
+	return &exchange{m: m, i: len(m.requests) - 1, faults: m.faults}
 }
 
-// outcome is what POST /v1/authorizations answers.
+// setReference records the reference once the body is read.
+func (ex *exchange) setReference(ref string) {
+	ex.m.mu.Lock()
+	defer ex.m.mu.Unlock()
+	ex.m.requests[ex.i].Reference = ref
+}
+
+// answered records the status sent, 0 for none.
+func (ex *exchange) answered(status int) {
+	ex.m.mu.Lock()
+	defer ex.m.mu.Unlock()
+	ex.m.requests[ex.i].Status = status
+}
+
+// roll draws one fault; mu must be held. A zero rate draws nothing, so
+// seeded tests stay reproducible when only one fault is on.
+func (m *Mock) roll(rate float64) bool {
+	return rate > 0 && m.rand.Float64() < rate
+}
+
+// remembered returns the record of a key the mock still remembers,
+// forgetting it if its TTL has passed; mu must be held.
+func (m *Mock) remembered(kind opKind, key string) (*record, bool) {
+	k := opKey{kind, key}
+	rec, ok := m.keys[k]
+	if ok && !m.now().Before(rec.at.Add(m.keyTTL)) {
+		delete(m.keys, k)
+		return nil, false
+	}
+	return rec, ok
+}
+
+// store remembers a new operation under its key and in the ledger; mu must
+// be held.
+func (m *Mock) store(rec *record, reference string) {
+	m.keys[opKey{rec.kind, rec.key}] = rec
+	m.ledger = append(m.ledger, rec)
+	ref := opKey{rec.kind, reference}
+	m.byRef[ref] = append(m.byRef[ref], rec)
+}
+
+// outcome is what an operation's endpoint answers.
 type outcome struct {
-	status int // http.StatusOK, StatusUnprocessableEntity or StatusServiceUnavailable
+	status int // http.StatusOK, or the fault's or the refusal's status
+	code   string
+	msg    string
 	auth   Authorization
 	drop   bool // close the connection instead of answering
 }
 
 var errKeyReused = errors.New("idempotency key already used with another request")
 
-// authorize applies f and the idempotency rules to one valid request.
+// authorize applies the faults and the idempotency rules to one valid
+// request.
 func (m *Mock) authorize(key string, req authorizeBody, f Faults) outcome {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 
-	// A zero rate draws nothing, so seeded tests stay reproducible when
-	// only one fault is on.
-	if f.ErrorRate > 0 && m.rand.Float64() < f.ErrorRate {
+	if m.roll(f.ErrorRate) {
 		m.injected.Errors++
-		return outcome{status: http.StatusServiceUnavailable}
+		return outcome{status: http.StatusServiceUnavailable, code: "unavailable", msg: "injected fault (error_rate)"}
 	}
-	rec, ok := m.byKey[key]
+	rec, ok := m.remembered(opAuthorization, key)
 	switch {
 	case ok && rec.req != req:
-		return outcome{status: http.StatusUnprocessableEntity}
+		return outcome{status: http.StatusUnprocessableEntity, code: "idempotency_key_mismatch", msg: errKeyReused.Error()}
 	case !ok:
-		rec = &record{key: key, req: req, auth: m.decide(req)}
-		m.byKey[key] = rec
-		m.ledger = append(m.ledger, rec)
+		if m.roll(f.RejectRate) {
+			m.injected.Rejects++
+			return outcome{status: http.StatusBadRequest, code: "rejected", msg: "injected fault (reject_rate)"}
+		}
+		rec = &record{kind: opAuthorization, key: key, at: m.now(), req: req, auth: m.decide(req)}
+		m.store(rec, req.Reference)
 	}
-	drop := f.DropRate > 0 && m.rand.Float64() < f.DropRate
+	drop := m.roll(f.DropRate)
 	if drop {
 		m.injected.Drops++
 	}
 	return outcome{status: http.StatusOK, auth: rec.auth, drop: drop}
 }
 
+// lookup answers GET ?reference= for kind: every operation made for the
+// reference, whether its key is remembered or not.
+func (m *Mock) lookup(kind opKind, reference string, f Faults) (outcome, []lookupEntry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.roll(f.ErrorRate) {
+		m.injected.Errors++
+		return outcome{status: http.StatusServiceUnavailable, code: "unavailable", msg: "injected fault (error_rate)"}, nil
+	}
+	if m.roll(f.LookupErrorRate) {
+		m.injected.LookupErrors++
+		return outcome{status: http.StatusServiceUnavailable, code: "unavailable", msg: "injected fault (lookup_error_rate)"}, nil
+	}
+	recs := m.byRef[opKey{kind, reference}]
+	out := make([]lookupEntry, 0, len(recs))
+	for _, rec := range recs {
+		out = append(out, lookupEntry{Authorization: rec.auth, Amount: rec.req.Amount, Currency: rec.req.Currency, CreatedAt: rec.at})
+	}
+	return outcome{status: http.StatusOK}, out
+}
+
+// lookupEntry is one authorization as a lookup by reference shows it.
+type lookupEntry struct {
+	Authorization
+	Amount    int64     `json:"amount"`
+	Currency  string    `json:"currency"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
 // decide makes a new authorization; mu must be held for m.rand.
 func (m *Mock) decide(req authorizeBody) Authorization {
-	auth := Authorization{ID: fmt.Sprintf("auth_%016x", m.rand.Uint64()), Status: StatusAuthorized}
+	auth := Authorization{ID: fmt.Sprintf("auth_%016x", m.rand.Uint64()), Status: StatusAuthorized, Reference: req.Reference}
 	if req.PaymentMethod == PaymentMethodDeclined {
 		code := DeclineCodeCardDeclined
 		auth.Status, auth.DeclineCode = StatusDeclined, &code

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// maxRequestBytes bounds request bodies; both endpoints take a few fields.
+// maxRequestBytes bounds request bodies; every endpoint takes a few fields.
 const maxRequestBytes = 64 << 10
 
 // maxKeyLength is the longest Idempotency-Key the mock accepts, as common
@@ -24,7 +24,9 @@ var currencyPattern = regexp.MustCompile(`^[a-z]{3}$`)
 func (m *Mock) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/authorizations", m.handleAuthorize)
+	mux.HandleFunc("GET /v1/authorizations", m.handleLookup(opAuthorization))
 	mux.HandleFunc("GET /_admin/authorizations", m.handleListAuthorizations)
+	mux.HandleFunc("GET /_admin/requests", m.handleListRequests)
 	mux.HandleFunc("PUT /_admin/faults", m.handleSetFaults)
 	mux.HandleFunc("GET /_admin/faults", m.handleGetFaults)
 	return mux
@@ -56,28 +58,51 @@ func (b authorizeBody) validate() error {
 
 func (m *Mock) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("Idempotency-Key")
-	f := m.receive(key)
+	ex := m.receive(r, key, "")
 
 	body, code, err := parseAuthorize(w, r, key)
 	if err != nil {
-		if wait(r.Context(), f.latency()) {
-			writeError(w, http.StatusBadRequest, code, err.Error())
-		}
+		ex.finish(w, r, outcome{status: http.StatusBadRequest, code: code, msg: err.Error()}, nil)
 		return
 	}
-	out := m.authorize(key, body, f)
-	if !wait(r.Context(), f.latency()) {
-		return // the client left; the authorization, if made, stays made
+	ex.setReference(body.Reference)
+	out := m.authorize(key, body, ex.faults)
+	ex.finish(w, r, out, out.auth)
+}
+
+// handleLookup serves GET ?reference= for kind: {"data": [...]}.
+func (m *Mock) handleLookup(kind opKind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ref := r.URL.Query().Get("reference")
+		ex := m.receive(r, r.Header.Get("Idempotency-Key"), ref)
+		if ref == "" {
+			ex.finish(w, r, outcome{status: http.StatusBadRequest, code: "invalid_request", msg: "the reference query parameter is required"}, nil)
+			return
+		}
+		out, found := m.lookup(kind, ref, ex.faults)
+		ex.finish(w, r, out, struct {
+			Data []lookupEntry `json:"data"`
+		}{found})
+	}
+}
+
+// finish answers out after the injected latency (even a refusal is slow at
+// a slow PSP), body being the answer of a 200, and logs the status sent.
+func (ex *exchange) finish(w http.ResponseWriter, r *http.Request, out outcome, body any) {
+	if !wait(r.Context(), ex.faults.latency()) {
+		ex.answered(0) // the client left; what was done stays done
+		return
 	}
 	switch {
-	case out.status == http.StatusServiceUnavailable:
-		writeError(w, out.status, "unavailable", "injected fault (error_rate)")
-	case out.status == http.StatusUnprocessableEntity:
-		writeError(w, out.status, "idempotency_key_mismatch", errKeyReused.Error())
+	case out.status != http.StatusOK:
+		writeError(w, out.status, out.code, out.msg)
+		ex.answered(out.status)
 	case out.drop:
+		ex.answered(0)
 		dropConnection(w)
 	default:
-		writeJSON(w, http.StatusOK, out.auth)
+		writeJSON(w, http.StatusOK, body)
+		ex.answered(http.StatusOK)
 	}
 }
 
@@ -106,13 +131,21 @@ func (m *Mock) handleListAuthorizations(w http.ResponseWriter, _ *http.Request) 
 	}{Data: m.Authorizations()})
 }
 
-// handleGetFaults answers the faults in force and how many were injected
-// (an extension of the contract's admin API, for chaos summaries).
+func (m *Mock) handleListRequests(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, struct {
+		Data []RequestEntry `json:"data"`
+	}{Data: m.Requests()})
+}
+
+// handleGetFaults answers the mock's name, the faults in force and how many
+// were injected (the last an extension of the contract's admin API, for
+// chaos summaries).
 func (m *Mock) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
+		Name string `json:"name"`
 		Faults
 		Injected Injected `json:"injected"`
-	}{m.Faults(), m.Injected()})
+	}{m.name, m.Faults(), m.Injected()})
 }
 
 func (m *Mock) handleSetFaults(w http.ResponseWriter, r *http.Request) {

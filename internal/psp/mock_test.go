@@ -28,7 +28,12 @@ type mockBundle struct {
 // are the same on every run.
 func setupMock(t *testing.T, f Faults) *mockBundle {
 	t.Helper()
-	mock, err := newMock(f, rand.NewPCG(1, 2))
+	return setupMockConfig(t, MockConfig{Faults: f})
+}
+
+func setupMockConfig(t *testing.T, cfg MockConfig) *mockBundle {
+	t.Helper()
+	mock, err := newMock(cfg, rand.NewPCG(1, 2))
 	require.NoError(t, err)
 	srv := httptest.NewServer(mock)
 	t.Cleanup(srv.Close)
@@ -177,7 +182,7 @@ func TestMockRejectsInvalidRequests(t *testing.T) {
 func TestMockWrongMethodIs405(t *testing.T) {
 	t.Parallel()
 	b := setupMock(t, Faults{})
-	status, _ := b.call(t, http.MethodGet, "/v1/authorizations", "k", "")
+	status, _ := b.call(t, http.MethodDelete, "/v1/authorizations", "k", "")
 	require.Equal(t, http.StatusMethodNotAllowed, status)
 }
 
@@ -274,10 +279,10 @@ func TestMockAdminFaults(t *testing.T) {
 	t.Run("SetAndReset", func(t *testing.T) {
 		t.Parallel()
 		b := setupMock(t, Faults{})
-		status, out := b.call(t, http.MethodPut, "/_admin/faults", "", `{"error_rate":0.5,"drop_rate":0.25,"latency_ms":7}`)
+		status, out := b.call(t, http.MethodPut, "/_admin/faults", "", `{"error_rate":0.5,"drop_rate":0.25,"reject_rate":0.125,"lookup_error_rate":0.75,"latency_ms":7}`)
 		require.Equal(t, http.StatusOK, status)
-		require.Equal(t, map[string]any{"error_rate": 0.5, "drop_rate": 0.25, "latency_ms": 7.0}, out)
-		require.Equal(t, Faults{ErrorRate: 0.5, DropRate: 0.25, LatencyMS: 7}, b.mock.Faults())
+		require.Equal(t, map[string]any{"error_rate": 0.5, "drop_rate": 0.25, "reject_rate": 0.125, "lookup_error_rate": 0.75, "latency_ms": 7.0}, out)
+		require.Equal(t, Faults{ErrorRate: 0.5, DropRate: 0.25, RejectRate: 0.125, LookupErrorRate: 0.75, LatencyMS: 7}, b.mock.Faults())
 
 		status, _ = b.call(t, http.MethodPut, "/_admin/faults", "", `{}`)
 		require.Equal(t, http.StatusOK, status)
@@ -294,16 +299,18 @@ func TestMockAdminFaults(t *testing.T) {
 	})
 
 	for name, body := range map[string]string{
-		"ErrorRateAboveOne": `{"error_rate":1.5}`,
-		"NegativeDropRate":  `{"drop_rate":-0.1}`,
-		"NegativeLatency":   `{"latency_ms":-1}`,
-		"FractionalLatency": `{"latency_ms":1.5}`,
-		"UnknownField":      `{"error_rat":0.5}`,
-		"NotJSON":           `error_rate=1`,
-		"Empty":             ``,
-		"RateAsString":      `{"error_rate":"1"}`,
-		"TwoObjects":        `{}{}`,
-		"ArrayInsteadOfObj": `[]`,
+		"ErrorRateAboveOne":       `{"error_rate":1.5}`,
+		"NegativeDropRate":        `{"drop_rate":-0.1}`,
+		"RejectRateAboveOne":      `{"reject_rate":2}`,
+		"NegativeLookupErrorRate": `{"lookup_error_rate":-1}`,
+		"NegativeLatency":         `{"latency_ms":-1}`,
+		"FractionalLatency":       `{"latency_ms":1.5}`,
+		"UnknownField":            `{"error_rat":0.5}`,
+		"NotJSON":                 `error_rate=1`,
+		"Empty":                   ``,
+		"RateAsString":            `{"error_rate":"1"}`,
+		"TwoObjects":              `{}{}`,
+		"ArrayInsteadOfObj":       `[]`,
 	} {
 		t.Run("Invalid"+name, func(t *testing.T) {
 			t.Parallel()
@@ -348,7 +355,7 @@ func TestMockAdminListsAuthorizations(t *testing.T) {
 
 func TestNewMockValidatesFaults(t *testing.T) {
 	t.Parallel()
-	for _, f := range []Faults{{ErrorRate: -0.5}, {DropRate: 2}, {LatencyMS: -1}} {
+	for _, f := range []Faults{{ErrorRate: -0.5}, {DropRate: 2}, {RejectRate: 1.5}, {LookupErrorRate: -0.1}, {LatencyMS: -1}} {
 		_, err := NewMock(f)
 		require.Error(t, err)
 	}

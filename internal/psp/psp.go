@@ -1,7 +1,9 @@
-// Package psp talks to the payment service provider: an HTTP client that
-// retries authorizations under one idempotency key, and an in-memory mock
-// PSP (see CONTRACT.md, "The mock PSP") used by tests, `make run` and
-// bin/mockpsp.
+// Package psp talks to the payment service provider: an HTTP client whose
+// every answer carries its outcome class (classify.go), which looks an
+// operation up by reference before it ever sends it again (authorize.go),
+// over a transport that never resends by itself (transport.go); and an
+// in-memory mock PSP (see CONTRACT.md, "The mock PSP") used by tests,
+// `make run` and bin/mockpsp.
 package psp
 
 import "errors"
@@ -24,19 +26,30 @@ const DeclineCodeCardDeclined = "card_declined"
 type AuthorizeRequest struct {
 	// IdempotencyKey is sent on every attempt, unchanged: it is what makes a
 	// retry after a lost response return the first authorization instead of
-	// making a second one. Required.
+	// making a second one, for as long as the PSP remembers the key (about
+	// 24 h at real PSPs). Required.
 	IdempotencyKey string `json:"-"`
+	// FirstSend says that no earlier call can have sent this key to the PSP:
+	// the charge was created in this very run, so there is nothing to look
+	// up before the first send. Leave it false whenever an earlier attempt
+	// may have sent it (a resume from a recovery point, a takeover): the
+	// client then looks the reference up before it sends anything, which is
+	// what keeps a resend after the PSP forgot the key from authorizing
+	// twice. The zero value is the safe one; it costs one lookup.
+	FirstSend bool `json:"-"`
 	// Amount is a positive integer in the currency's minor unit.
 	Amount int64 `json:"amount"`
 	// Currency is a lower-case ISO 4217 code.
 	Currency string `json:"currency"`
 	// PaymentMethod is a pm_... token.
 	PaymentMethod string `json:"payment_method"`
-	// Reference is the charge id, ch_...
+	// Reference is the charge id, ch_...: what a lookup finds the
+	// authorization by, whatever became of the idempotency key.
 	Reference string `json:"reference"`
 }
 
-// Authorization is the PSP's answer to an authorization request.
+// Authorization is the PSP's answer to an authorization request, or one
+// entry of a lookup by reference.
 type Authorization struct {
 	// ID is the PSP's id, auth_...; a declined request has one too.
 	ID string `json:"id"`
@@ -44,15 +57,26 @@ type Authorization struct {
 	Status string `json:"status"`
 	// DeclineCode is nil unless Status is StatusDeclined, e.g. "card_declined".
 	DeclineCode *string `json:"decline_code"`
+	// Reference is the charge id the authorization was made for; empty only
+	// if the PSP does not echo it.
+	Reference string `json:"reference,omitempty"`
 }
 
-// ErrUnavailable means the PSP gave no usable answer: 5xx, a timeout or a
-// connection error after all retries, or the caller's deadline passing. The
-// authorization may or may not exist at the PSP; retrying later with the same
-// idempotency key is safe and is how the caller finds out.
-var ErrUnavailable = errors.New("psp unavailable")
-
-// ErrRejected means the PSP answered with a 4xx, e.g. 422 when the
-// idempotency key was already used with another body. Retrying the same
-// request cannot succeed.
-var ErrRejected = errors.New("psp rejected the request")
+// The sentinels below name the outcome classes that are errors (see Class):
+// every error of this package's calls that came from the PSP wraps exactly
+// one of them. A success and a decline are answers, not errors.
+var (
+	// ErrUnavailable is the unknown class: the PSP gave no usable answer (5xx,
+	// a timeout, a connection error, an answer lost or malformed) and, where
+	// one was tried, a lookup by reference did not settle it. The operation
+	// may or may not exist at the PSP; nothing may be sent again before a
+	// lookup by reference (AuthorizeRequest.FirstSend false does that).
+	ErrUnavailable = errors.New("psp outcome unknown")
+	// ErrRejected is the final failure class without a result: the PSP
+	// refused the request (400, 404, 422) and did nothing. Sending the same
+	// request again cannot succeed; Outcome.Reason holds the PSP's reason.
+	ErrRejected = errors.New("psp refused the request")
+	// ErrBusy is the busy class: the PSP answered 409 or 429 and did nothing
+	// yet; send again under the same key, not before Outcome.RetryAfter.
+	ErrBusy = errors.New("psp busy")
+)

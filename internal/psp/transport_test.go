@@ -1,0 +1,179 @@
+package psp
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+)
+
+// breakingServer answers the first request on each connection and keeps
+// the connection alive, then closes it on the second request, after
+// reading it and before answering: a keep-alive connection that fails on
+// reuse, which is when net/http resends a request it deems replayable.
+type breakingServer struct {
+	url      string
+	received atomic.Int64 // requests read, on every connection
+}
+
+func startBreakingServer(t *testing.T) *breakingServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := &breakingServer{url: "http://" + ln.Addr().String()}
+
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+			wg.Go(func() { s.serve(conn) })
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return s
+}
+
+func (s *breakingServer) serve(conn net.Conn) {
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	for n := 1; ; n++ {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		s.received.Add(1)
+		if n == 2 {
+			return // read, not answered: the reused connection breaks
+		}
+		body := `{"data":[]}`
+		if req.Method == http.MethodPost {
+			body = `{"id":"auth_1","status":"authorized","decline_code":null,"reference":"ch_1"}`
+		}
+		_, _ = fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+}
+
+// drain reads the answer whole, which is what lets net/http put the
+// connection back in its pool for reuse.
+func drain(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+}
+
+// TestTransportNeverResendsPSPRequests: net/http resends a POST carrying
+// Idempotency-Key by itself when a reused keep-alive connection breaks
+// before the answer; a resend our code never decided, without the lookup
+// that must precede it. Every PSP request must reach the PSP exactly once
+// per send our code makes.
+func TestTransportNeverResendsPSPRequests(t *testing.T) {
+	t.Parallel()
+
+	// The pitfall itself, so this test is known to be able to fail: a
+	// plain http.Transport turns two calls into three requests, and the
+	// second call even "succeeds".
+	t.Run("PlainTransportResends", func(t *testing.T) {
+		t.Parallel()
+		s := startBreakingServer(t)
+		tr := &http.Transport{}
+		t.Cleanup(tr.CloseIdleConnections)
+		for range 2 {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url+"/v1/authorizations", bytes.NewReader([]byte(`{}`)))
+			require.NoError(t, err)
+			req.Header.Set("Idempotency-Key", "ch_1:authorize")
+			resp, err := (&http.Client{Transport: tr}).Do(req)
+			require.NoError(t, err)
+			drain(resp)
+		}
+		require.Equal(t, int64(3), s.received.Load())
+	})
+
+	clients := map[string]func() *http.Client{
+		"Transport":         func() *http.Client { return NewHTTPClient(NewTransport()) },
+		"WrappedByOtelhttp": func() *http.Client { return NewHTTPClient(otelhttp.NewTransport(NewTransport())) },
+	}
+	for name, newHTTPClient := range clients {
+		t.Run(name+"/Authorize", func(t *testing.T) {
+			t.Parallel()
+			s := startBreakingServer(t)
+			hc := newHTTPClient()
+			t.Cleanup(hc.CloseIdleConnections)
+			c, err := NewClient(ClientConfig{BaseURL: s.url, HTTPClient: hc})
+			require.NoError(t, err)
+
+			req := visaRequest("ch_1:authorize")
+			out, err := c.AuthorizeOnce(t.Context(), req)
+			require.NoError(t, err)
+			require.Equal(t, ClassSuccess, out.Class)
+
+			out, err = c.AuthorizeOnce(t.Context(), req)
+			require.ErrorIs(t, err, ErrUnavailable)
+			require.Equal(t, ClassUnknown, out.Class, "the connection broke after the request was sent")
+			require.Equal(t, int64(2), s.received.Load(), "exactly one request per call")
+		})
+
+		t.Run(name+"/Lookup", func(t *testing.T) {
+			t.Parallel()
+			s := startBreakingServer(t)
+			hc := newHTTPClient()
+			t.Cleanup(hc.CloseIdleConnections)
+			c, err := NewClient(ClientConfig{BaseURL: s.url, HTTPClient: hc})
+			require.NoError(t, err)
+			for range 3 {
+				_, err := c.Lookup(t.Context(), "ch_1")
+				require.NoError(t, err, "a lookup never reuses a connection, so none breaks")
+			}
+			require.Equal(t, int64(3), s.received.Load())
+		})
+
+		// A request built elsewhere, with GetBody set by http.NewRequest,
+		// is still sent once: the transport alone guarantees it.
+		t.Run(name+"/RequestWithGetBody", func(t *testing.T) {
+			t.Parallel()
+			s := startBreakingServer(t)
+			hc := newHTTPClient()
+			t.Cleanup(hc.CloseIdleConnections)
+			var errs []error
+			for range 2 {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url+"/v1/authorizations", bytes.NewReader([]byte(`{}`)))
+				require.NoError(t, err)
+				require.NotNil(t, req.GetBody)
+				req.Header.Set("Idempotency-Key", "ch_1:authorize")
+				resp, err := hc.Do(req)
+				if err == nil {
+					drain(resp)
+				}
+				errs = append(errs, err)
+			}
+			require.NoError(t, errs[0])
+			require.Error(t, errs[1])
+			require.Equal(t, int64(2), s.received.Load())
+		})
+	}
+}
