@@ -42,10 +42,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/idempotency
 	$(GO) test -run '^$$' -fuzz '^FuzzFingerprint$$' -fuzztime $(FUZZTIME) ./internal/idempotency
 
-## chaos: the long chaos run: 2,000 intents, workers killed and frozen under PSP faults
+## chaos: the long chaos run: 2,000 intents, workers killed and frozen under PSP faults, PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432)
 CHAOS_SEED ?= 1
+CHAOS_DB_RESTARTS ?= 3
 chaos: pg
-	$(GO) run ./cmd/chaos -seed $(CHAOS_SEED) -intents 2000 -json bench/results/chaos.json
+	$(GO) run ./cmd/chaos -seed $(CHAOS_SEED) -intents 2000 -db-restarts $(CHAOS_DB_RESTARTS) -json bench/results/chaos.json
 
 ## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/
 bench: build pg

@@ -140,6 +140,11 @@ type Summary struct {
 	Replays        int            `json:"replays_checked"`
 	Duration       string         `json:"duration"`
 	Violations     []string       `json:"violations"`
+
+	// ReaperProbe is how long the reapers took to finish a request
+	// abandoned after the last database restart (see probeReapers),
+	// "FAILED", or empty when the run had no database restarts.
+	ReaperProbe string `json:"reaper_probe,omitempty"`
 }
 
 // intent is one user intent and the first final answer it got.
@@ -430,6 +435,17 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	stopSampling()
 	<-sampled
+	if cluster != nil {
+		took, v, err := probeReapers(ctx, &cfg, bin("api"), common, dbURL, apiKey, pool, transport)
+		if err != nil {
+			return nil, err
+		}
+		sum.ReaperProbe = took.Truncate(time.Millisecond).String()
+		if len(v) > 0 {
+			sum.ReaperProbe = "FAILED"
+		}
+		sum.Violations = append(sum.Violations, v...)
+	}
 
 	sum.Attempts = attempts.Load()
 	for _, w := range workers {
@@ -585,6 +601,7 @@ func (s *Summary) Table() string {
 	row("  database down in total", s.DBDown)
 	row("  slowest recovery of all procs", s.DBMaxRecovery)
 	row("unplanned exits (api, reaper)", s.UnplannedExits)
+	row("reaper probe: key finished in", cmp.Or(s.ReaperProbe, "not run"))
 	points := make([]string, 0, len(s.CrashPoints))
 	for p := range s.CrashPoints {
 		points = append(points, p)

@@ -92,6 +92,8 @@ func TestChaosShortRun(t *testing.T) {
 	require.Equal(t, 150, sum.Replays)
 	require.Equal(t, 1, sum.DBRestarts)
 	require.Zero(t, sum.UnplannedExits)
+	_, err = time.ParseDuration(sum.ReaperProbe)
+	require.NoError(t, err, "reaper probe: %s", sum.ReaperProbe)
 }
 
 // Proof that the harness can fail: a build whose PSP key is fresh on every

@@ -85,8 +85,11 @@ func (d *dbChaos) run(ctx context.Context, finished *atomic.Int64, clientsDone <
 				k, d.cfg.RecoverWithin, strings.Join(notRecovered, "; "))
 		}
 		if progress != nil {
-			fmt.Fprintf(progress, "database restart %d/%d: down %s, every process recovered in %s\n",
-				k, n, up.Sub(stopped).Truncate(time.Millisecond), rec.Truncate(time.Millisecond))
+			verdict := fmt.Sprintf("every process recovered in %s", rec.Truncate(time.Millisecond))
+			if len(notRecovered) > 0 {
+				verdict = fmt.Sprintf("NOT every process recovered within %s", d.cfg.RecoverWithin)
+			}
+			fmt.Fprintf(progress, "database restart %d/%d: down %s, %s\n", k, n, up.Sub(stopped).Truncate(time.Millisecond), verdict)
 		}
 	}
 	return nil

@@ -76,6 +76,9 @@ func (p *process) start() error {
 	cmd.Env = p.env
 	cmd.Stderr = p
 	cmd.Stdout = p
+	// Killed with the harness, even by SIGKILL: a leftover api or reaper
+	// would keep retrying a database that is gone.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
@@ -108,6 +111,13 @@ func (p *process) judgeExit(st *os.ProcessState) {
 	}
 	p.unplanned = append(p.unplanned, fmt.Sprintf("%s (pid %d) exited by itself at %s: %s; last output: %s",
 		p.name, st.Pid(), time.Now().UTC().Format("15:04:05.000"), st, lastLines(out, 3)))
+}
+
+// doneChan is closed when the current incarnation has exited.
+func (p *process) doneChan() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
 }
 
 // unplannedExits returns the unplanned exits so far.
