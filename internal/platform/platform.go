@@ -6,7 +6,6 @@ package platform
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -103,23 +102,18 @@ func OpenPool(ctx context.Context, url string, tel *telemetry.Telemetry) (*pgxpo
 }
 
 // PSPClient returns a PSP client whose calls are traced and carry the W3C
-// trace context to the PSP, so one trace spans both processes.
+// trace context to the PSP, so one trace spans both processes. Its
+// transport is psp.NewTransport, which never resends a request by itself
+// (net/http would, for any request carrying an Idempotency-Key): every PSP
+// request is sent exactly as often as the psp client decides.
 func PSPClient(baseURL string, tel *telemetry.Telemetry) (*psp.Client, error) {
-	base := http.DefaultTransport.(*http.Transport).Clone()
-	// The default keeps 2 idle connections per host: under load every
-	// other PSP call would open (and leave in TIME_WAIT) a new connection.
-	base.MaxIdleConnsPerHost = 64
-	transport := otelhttp.NewTransport(base,
+	transport := otelhttp.NewTransport(psp.NewTransport(),
 		otelhttp.WithTracerProvider(tel.Tracer),
 		otelhttp.WithMeterProvider(tel.Meter),
 		otelhttp.WithPropagators(tel.Propagator),
 	)
 	return psp.NewClient(psp.ClientConfig{
-		BaseURL: baseURL,
-		HTTPClient: &http.Client{
-			Transport: transport,
-			// A PSP has no business redirecting an authorization.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		BaseURL:    baseURL,
+		HTTPClient: psp.NewHTTPClient(transport),
 	})
 }
