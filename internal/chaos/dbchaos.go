@@ -75,7 +75,7 @@ func (d *dbChaos) run(ctx context.Context, finished *atomic.Int64, clientsDone <
 		}
 		up := time.Now()
 		d.restarts.Add(1)
-		rec, notRecovered := d.awaitRecovery(ctx, up)
+		rec, notRecovered, last := d.awaitRecovery(ctx, up)
 		d.mu.Lock()
 		d.down += up.Sub(stopped)
 		d.maxRecovery = max(d.maxRecovery, rec)
@@ -86,6 +86,9 @@ func (d *dbChaos) run(ctx context.Context, finished *atomic.Int64, clientsDone <
 		}
 		if progress != nil {
 			verdict := fmt.Sprintf("every process recovered in %s", rec.Truncate(time.Millisecond))
+			if len(last) > 0 {
+				verdict += fmt.Sprintf(" (the last waited for: %s)", strings.Join(last, "; "))
+			}
 			if len(notRecovered) > 0 {
 				verdict = fmt.Sprintf("NOT every process recovered within %s", d.cfg.RecoverWithin)
 			}
@@ -96,14 +99,14 @@ func (d *dbChaos) run(ctx context.Context, finished *atomic.Int64, clientsDone <
 }
 
 // awaitRecovery polls until every api is ready and every reaper connected,
-// or RecoverWithin passes; it returns how long that took and, if it did
-// not happen, what was still missing.
-func (d *dbChaos) awaitRecovery(ctx context.Context, up time.Time) (time.Duration, []string) {
+// or RecoverWithin passes; it returns how long that took, what was still
+// missing if it did not happen, and otherwise what was missing last (the
+// slowest to recover, for the progress line).
+func (d *dbChaos) awaitRecovery(ctx context.Context, up time.Time) (took time.Duration, missing, last []string) {
 	hc := &http.Client{Timeout: time.Second}
 	defer hc.CloseIdleConnections()
-	var missing []string
 	for {
-		missing = missing[:0]
+		missing = nil
 		for i, base := range d.bases {
 			if status, err := getStatus(ctx, hc, base+"/readyz"); status != http.StatusOK {
 				missing = append(missing, fmt.Sprintf("api-%d /readyz: %d %v", i, status, err))
@@ -115,10 +118,11 @@ func (d *dbChaos) awaitRecovery(ctx context.Context, up time.Time) (time.Duratio
 				missing = append(missing, fmt.Sprintf("%s has no connection to the database (pg_stat_activity: %v, %v)", name, connected, err))
 			}
 		}
-		took := time.Since(up)
+		took = time.Since(up)
 		if len(missing) == 0 || ctx.Err() != nil || took > d.cfg.RecoverWithin {
-			return took, missing
+			return took, missing, last
 		}
+		last = missing
 		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -27,13 +27,13 @@ func TestAPIThatStaysUnreadyAfterDatabaseRestartIsReported(t *testing.T) {
 	cfg := &Config{RecoverWithin: 300 * time.Millisecond}
 	d := &dbChaos{cfg: cfg, bases: []string{api.URL}, dbURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"}
 
-	took, missing := d.awaitRecovery(context.Background(), time.Now())
+	took, missing, _ := d.awaitRecovery(context.Background(), time.Now())
 	require.Len(t, missing, 1)
 	require.Contains(t, missing[0], "api-0 /readyz: 503")
 	require.GreaterOrEqual(t, took, cfg.RecoverWithin)
 
 	ready.Store(true)
-	took, missing = d.awaitRecovery(context.Background(), time.Now())
+	took, missing, _ = d.awaitRecovery(context.Background(), time.Now())
 	require.Empty(t, missing)
 	require.Less(t, took, cfg.RecoverWithin)
 }
@@ -44,7 +44,7 @@ func TestReaperThatNeverReconnectsIsReported(t *testing.T) {
 	t.Parallel()
 	d := &dbChaos{cfg: &Config{RecoverWithin: 200 * time.Millisecond}, reapers: []string{"reaper-0"},
 		dbURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"}
-	_, missing := d.awaitRecovery(context.Background(), time.Now())
+	_, missing, _ := d.awaitRecovery(context.Background(), time.Now())
 	require.Len(t, missing, 1)
 	require.Contains(t, missing[0], "reaper-0 has no connection to the database")
 }
