@@ -45,6 +45,7 @@ type Main struct {
 	addr    string
 	mockPSP *psp.Mock
 	ready   chan struct{}
+	auth    *tenants.Authenticator
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
@@ -105,7 +106,12 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	handler, err := httpapi.NewHandler(httpapi.Config{Pool: pool, Charges: svc, Telemetry: tel, Logger: m.Logger})
+	auth, stopListener, err := m.startRevocationListener(ctx, pool)
+	if err != nil {
+		return err
+	}
+	defer stopListener()
+	handler, err := httpapi.NewHandler(httpapi.Config{Pool: pool, Charges: svc, Telemetry: tel, Logger: m.Logger, Authenticator: auth})
 	if err != nil {
 		return err
 	}
@@ -211,20 +217,6 @@ func migrate(ctx context.Context, cfg Config) error {
 	defer conn.Close(ctx)
 	_, err = idempotency.EnsurePartitions(ctx, conn)
 	return err
-}
-
-func createKey(ctx context.Context, cfg Config, tenant string) (string, error) {
-	conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(ctx)
-	var secret string
-	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		_, secret, err = tenants.CreateKey(ctx, tx, tenant)
-		return err
-	})
-	return secret, err
 }
 
 // createDatabase creates DATABASE_URL's database if the server does not have
