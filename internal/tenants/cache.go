@@ -44,6 +44,10 @@ type cached struct {
 	expires time.Time
 }
 
+// CacheTTLDefault is the api's cache TTL: how long a revoked key may keep
+// working in a process whose listener lost its connection without noticing.
+const CacheTTLDefault = 30 * time.Second
+
 // MaxEntries bounds the cache; past it the cache starts over.
 const MaxEntries = 10_000
 

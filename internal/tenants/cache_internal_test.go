@@ -60,7 +60,7 @@ func TestRevocationDuringLookupIsNotCached(t *testing.T) {
 	db.after = func() {
 		// The lookup has read the key as valid; now it is revoked, and
 		// the listener, hearing of it, evicts a key not yet stored.
-		_, err := RevokeKey(ctx, pool, id)
+		_, _, err := RevokeKey(ctx, pool, id)
 		require.NoError(t, err)
 		a.forget(sum)
 	}

@@ -83,22 +83,24 @@ WITH revoked AS (
      WHERE id = $1
     RETURNING id, left(prefix, 8) AS prefix, created_at, revoked_at, key_hash
 )
-SELECT id, prefix, created_at, revoked_at, pg_notify('` + RevocationChannel + `', encode(key_hash, 'hex'))
+SELECT id, prefix, created_at, revoked_at, revoked_at <> now(),
+       pg_notify('` + RevocationChannel + `', encode(key_hash, 'hex'))
   FROM revoked`
 
-// RevokeKey revokes the key with that id and returns it, or ErrKeyNotFound.
-// Every api process refuses it within about a second (RevocationListener);
-// one whose listener is down refuses it once its cache's TTL has passed.
-func RevokeKey(ctx context.Context, q DBTX, id string) (Key, error) {
-	var k Key
-	err := q.QueryRow(ctx, revokeKeySQL, id).Scan(&k.ID, &k.Prefix, &k.CreatedAt, &k.RevokedAt, nil)
+// RevokeKey revokes the key with that id and returns it, or ErrKeyNotFound;
+// already reports that it had been revoked before (by another transaction:
+// now() is the transaction's start, which a revocation by this one
+// records). Every api process refuses the key within about a second
+// (RevocationListener).
+func RevokeKey(ctx context.Context, q DBTX, id string) (k Key, already bool, err error) {
+	err = q.QueryRow(ctx, revokeKeySQL, id).Scan(&k.ID, &k.Prefix, &k.CreatedAt, &k.RevokedAt, &already, nil)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Key{}, fmt.Errorf("revoke %s: %w", id, ErrKeyNotFound)
+		return Key{}, false, fmt.Errorf("revoke %s: %w", id, ErrKeyNotFound)
 	}
 	if err != nil {
-		return Key{}, fmt.Errorf("revoke %s: %w", id, err)
+		return Key{}, false, fmt.Errorf("revoke %s: %w", id, err)
 	}
-	return k, nil
+	return k, already, nil
 }
 
 // keyHash is the cache's key: the SHA-256 of a secret.

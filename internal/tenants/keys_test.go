@@ -46,8 +46,9 @@ func TestRevokedKeyIsRefused(t *testing.T) {
 	secret, id := createKey(t, pool, "acme")
 	other, _ := createKey(t, pool, "acme")
 
-	k, err := tenants.RevokeKey(ctx, pool, id)
+	k, already, err := tenants.RevokeKey(ctx, pool, id)
 	require.NoError(t, err)
+	require.False(t, already)
 	require.Equal(t, id, k.ID)
 	require.NotNil(t, k.RevokedAt)
 	_, err = tenants.Authenticate(ctx, pool, secret)
@@ -56,11 +57,12 @@ func TestRevokedKeyIsRefused(t *testing.T) {
 	require.NoError(t, err, "revoking one key leaves the tenant's others working")
 
 	// Twice: harmless, and the first revocation time stays.
-	again, err := tenants.RevokeKey(ctx, pool, id)
+	again, already, err := tenants.RevokeKey(ctx, pool, id)
 	require.NoError(t, err)
+	require.True(t, already)
 	require.Equal(t, k.RevokedAt.UTC(), again.RevokedAt.UTC())
 
-	_, err = tenants.RevokeKey(ctx, pool, "key_doesnotexist")
+	_, _, err = tenants.RevokeKey(ctx, pool, "key_doesnotexist")
 	require.ErrorIs(t, err, tenants.ErrKeyNotFound)
 }
 
@@ -82,7 +84,7 @@ func TestRevocationNotifiesOnlyOnCommit(t *testing.T) {
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	_, err = tenants.RevokeKey(ctx, tx, id)
+	_, _, err = tenants.RevokeKey(ctx, tx, id)
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(ctx))
 	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -90,7 +92,7 @@ func TestRevocationNotifiesOnlyOnCommit(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded, "a rolled-back revocation must not be announced")
 
-	_, err = tenants.RevokeKey(ctx, pool, id)
+	_, _, err = tenants.RevokeKey(ctx, pool, id)
 	require.NoError(t, err)
 	waitCtx, cancel = context.WithTimeout(ctx, 5*time.Second)
 	n, err := listener.WaitForNotification(waitCtx)
@@ -175,7 +177,7 @@ func TestListKeys(t *testing.T) {
 	_, first := createKey(t, pool, "acme")
 	_, second := createKey(t, pool, "acme")
 	createKey(t, pool, "globex")
-	_, err := tenants.RevokeKey(ctx, pool, first)
+	_, _, err := tenants.RevokeKey(ctx, pool, first)
 	require.NoError(t, err)
 
 	keys, err := tenants.ListKeys(ctx, pool, "acme")

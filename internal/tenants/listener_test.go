@@ -97,7 +97,7 @@ func TestRevocationListenerEvictsRevokedKey(t *testing.T) {
 	b.requireCached(t, secret)
 	b.requireCached(t, other)
 
-	_, err := tenants.RevokeKey(t.Context(), b.pool, id)
+	_, _, err := tenants.RevokeKey(t.Context(), b.pool, id)
 	require.NoError(t, err)
 	b.requireRefusedWithin(t, secret, time.Second)
 	before := b.db.n.Load()
@@ -129,7 +129,7 @@ SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 
 	// Held disconnected by the gate: this revocation's notification is
 	// lost, and the key is refused all the same.
-	_, err := tenants.RevokeKey(ctx, b.pool, id)
+	_, _, err := tenants.RevokeKey(ctx, b.pool, id)
 	require.NoError(t, err)
 	_, err = b.auth.Authenticate(ctx, secret)
 	require.ErrorIs(t, err, tenants.ErrUnauthorized)
@@ -143,7 +143,7 @@ SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 	close(b.gate)
 	require.Eventually(t, b.auth.Caching, 10*time.Second, time.Millisecond, "the listener must reconnect")
 	b.requireCached(t, other)
-	_, err = tenants.RevokeKey(ctx, b.pool, otherID)
+	_, _, err = tenants.RevokeKey(ctx, b.pool, otherID)
 	require.NoError(t, err)
 	b.requireRefusedWithin(t, other, time.Second)
 	require.GreaterOrEqual(t, b.connects.Load(), int64(2))
@@ -158,7 +158,7 @@ func TestRevocationListenerSurvivesQuietPeriods(t *testing.T) {
 	secret, id := createKey(t, b.pool, "acme")
 	time.Sleep(200 * time.Millisecond) // several health checks
 	b.requireCached(t, secret)
-	_, err := tenants.RevokeKey(t.Context(), b.pool, id)
+	_, _, err := tenants.RevokeKey(t.Context(), b.pool, id)
 	require.NoError(t, err)
 	b.requireRefusedWithin(t, secret, time.Second)
 	require.EqualValues(t, 1, b.connects.Load(), "no reconnection")
