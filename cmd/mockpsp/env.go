@@ -26,12 +26,27 @@ func (m *Main) ParseEnv(getenv func(string) string) error {
 		}
 		m.ListenAddr = v
 	}
+	if v := strings.TrimSpace(getenv("MOCKPSP_NAME")); v != "" {
+		m.Name = v
+	}
+	if v := strings.TrimSpace(getenv("MOCKPSP_KEY_TTL")); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("MOCKPSP_KEY_TTL: %q is not a duration (24h, 30s)", v)
+		}
+		if d <= 0 {
+			return fmt.Errorf("MOCKPSP_KEY_TTL: %q: must be positive", v)
+		}
+		m.KeyTTL = d
+	}
 	for _, rate := range []struct {
 		name string
 		dst  *float64
 	}{
 		{"MOCKPSP_ERROR_RATE", &m.Faults.ErrorRate},
 		{"MOCKPSP_DROP_RATE", &m.Faults.DropRate},
+		{"MOCKPSP_REJECT_RATE", &m.Faults.RejectRate},
+		{"MOCKPSP_LOOKUP_ERROR_RATE", &m.Faults.LookupErrorRate},
 	} {
 		v := strings.TrimSpace(getenv(rate.name))
 		if v == "" {

@@ -2,8 +2,12 @@
 // ("The mock PSP") over HTTP, with its state in memory.
 //
 // Configuration is by environment variable: MOCKPSP_ADDR (default
-// 127.0.0.1:8090), MOCKPSP_ERROR_RATE and MOCKPSP_DROP_RATE (0..1) and
-// MOCKPSP_LATENCY (a Go duration, or a bare integer of milliseconds).
+// 127.0.0.1:8090), MOCKPSP_NAME (default mockpsp, shown in every log line
+// and in GET /_admin/faults), MOCKPSP_KEY_TTL (how long an idempotency key
+// is remembered, a Go duration, default 24h), MOCKPSP_ERROR_RATE,
+// MOCKPSP_DROP_RATE, MOCKPSP_REJECT_RATE and MOCKPSP_LOOKUP_ERROR_RATE
+// (0..1) and MOCKPSP_LATENCY (a Go duration, or a bare integer of
+// milliseconds).
 package main
 
 import (
@@ -41,7 +45,7 @@ func run() int {
 		return 2
 	}
 	if err := m.Run(ctx); err != nil {
-		m.Logger.Error("mockpsp stopped", "error", err)
+		m.Logger.Error("mockpsp stopped", "name", m.Name, "error", err)
 		return 1
 	}
 	return 0
@@ -57,6 +61,12 @@ type Main struct {
 	// ListenAddr is the TCP address to listen on; port 0 picks a free one,
 	// which Addr reports once Run is listening.
 	ListenAddr string
+	// Name tells several mocks apart: in every log line and in GET
+	// /_admin/faults.
+	Name string
+	// KeyTTL is how long the mock remembers an idempotency key; after it,
+	// the same key is a new request, as at real PSPs.
+	KeyTTL time.Duration
 	// Faults are injected from the start; PUT /_admin/faults changes them.
 	Faults psp.Faults
 	// ShutdownTimeout bounds the graceful shutdown when Run's context ends;
@@ -77,6 +87,8 @@ type Main struct {
 func NewMain() *Main {
 	return &Main{
 		ListenAddr:      ListenAddrDefault,
+		Name:            psp.MockNameDefault,
+		KeyTTL:          psp.MockKeyTTLDefault,
 		ShutdownTimeout: ShutdownTimeoutDefault,
 		Logger:          slog.New(slog.DiscardHandler),
 		listening:       make(chan struct{}),
@@ -87,10 +99,12 @@ func NewMain() *Main {
 // down gracefully and returns nil. It returns early with an error if it
 // cannot listen or serve, and with nil after Close. It runs once per Main.
 func (m *Main) Run(ctx context.Context) error {
-	mock, err := psp.NewMock(m.Faults)
+	mock, err := psp.NewMockFromConfig(psp.MockConfig{Name: m.Name, KeyTTL: m.KeyTTL, Faults: m.Faults})
 	if err != nil {
 		return err
 	}
+	// Every line names the mock: several may run side by side.
+	log := m.Logger.With("name", m.Name)
 	// Traced like the API (OTEL_* variables), and continuing the caller's
 	// W3C trace context, so one trace spans the API and the PSP.
 	tel, err := telemetry.New(ctx, "phasepay-mockpsp")
@@ -122,15 +136,16 @@ func (m *Main) Run(ctx context.Context) error {
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		// net/http's own complaints (TLS, hijack, panics) become JSON lines too.
-		ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelError),
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError),
 	}
 	m.mu.Lock()
 	m.addr, m.srv = ln.Addr().String(), srv
 	m.mu.Unlock()
 	close(m.listening)
 
-	m.Logger.Info("mockpsp listening", "addr", ln.Addr().String(),
-		"error_rate", m.Faults.ErrorRate, "drop_rate", m.Faults.DropRate, "latency_ms", m.Faults.LatencyMS)
+	log.Info("mockpsp listening", "addr", ln.Addr().String(), "key_ttl", m.KeyTTL.String(),
+		"error_rate", m.Faults.ErrorRate, "drop_rate", m.Faults.DropRate, "reject_rate", m.Faults.RejectRate,
+		"lookup_error_rate", m.Faults.LookupErrorRate, "latency_ms", m.Faults.LatencyMS)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -144,7 +159,7 @@ func (m *Main) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 
-	m.Logger.Info("mockpsp shutting down")
+	log.Info("mockpsp shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
