@@ -93,7 +93,8 @@ func run() int {
 	fmt.Println(sum.Line())
 	if *jsonPath != "" {
 		b, _ := json.MarshalIndent(sum, "", "  ")
-		if err := os.MkdirAll(filepath.Dir(*jsonPath), 0o755); err == nil {
+		err := os.MkdirAll(filepath.Dir(*jsonPath), 0o755)
+		if err == nil {
 			err = os.WriteFile(*jsonPath, append(b, '\n'), 0o644)
 		}
 		if err != nil {
