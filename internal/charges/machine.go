@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,6 +43,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/problem"
 	"github.com/phasepay/phasepay/internal/psp"
@@ -105,6 +107,8 @@ type Service struct {
 	cfg  Config
 	log  *slog.Logger
 	tel  instruments
+
+	background sync.WaitGroup // releaseLater's goroutines
 }
 
 // NewService returns a Service.
@@ -177,7 +181,12 @@ func (s *Service) Create(ctx context.Context, tenantID int64, key string, req id
 		return err
 	})
 	if err != nil {
-		return Result{}, fmt.Errorf("create charge: %w", err)
+		if created && dbstate.Unavailable(err) {
+			// The commit's answer was lost with the database: the claim
+			// may have committed, holding the key for a whole lease.
+			s.releaseLater(s.keys.LeaseOf(rec), err)
+		}
+		return Result{}, fmt.Errorf("create charge: %w", dbstate.Wrap(err))
 	}
 	if !created {
 		return s.existing(ctx, rec, req.Fingerprint)
@@ -347,6 +356,13 @@ func (s *Service) drive(ctx context.Context, lease *idempotency.Lease, point ide
 		switch {
 		case errors.Is(err, idempotency.ErrLeaseLost):
 			return s.afterLeaseLost(ctx, lease)
+		case err != nil && dbstate.Unavailable(err):
+			// The database went away mid-run (after the PSP answered,
+			// say): the key stays at its last committed recovery point,
+			// and is released once the database is back, so that the
+			// client's retry resumes it then, not a lease later.
+			s.releaseLater(lease, err)
+			return resp, dbstate.Wrap(err)
 		case err != nil:
 			return resp, err
 		case point == idempotency.PointDone:
@@ -478,6 +494,9 @@ func (s *Service) release(ctx context.Context, lease *idempotency.Lease, cause e
 	defer cancel()
 	rel, err := lease.Release(relCtx, s.pool, cause, notBefore)
 	if err != nil && !errors.Is(err, idempotency.ErrLeaseLost) {
+		if dbstate.Unavailable(err) {
+			s.releaseLater(lease, cause)
+		}
 		return errors.Join(cause, err)
 	}
 	if rel.NeedsAttention {
@@ -488,6 +507,43 @@ func (s *Service) release(ctx context.Context, lease *idempotency.Lease, cause e
 	}
 	return cause
 }
+
+// releaseLater releases the lease of a run the database failed under, once
+// the database answers again, retrying in the background with a growing
+// pause. It gives up when the lease would have run out by itself anyway, or
+// when the release finds the lease gone (the run's last commit did land,
+// or someone took the key over). The key stays at its last committed
+// recovery point: the PSP's answer, if one was lost with the database, is
+// found again by the lookup by reference that precedes any resend under the
+// same PSP key. Wait waits for these to end.
+func (s *Service) releaseLater(lease *idempotency.Lease, cause error) {
+	giveUp := time.Now().Add(s.keys.Lease())
+	s.background.Go(func() {
+		pause := 100 * time.Millisecond
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := lease.Release(ctx, s.pool, cause, 0)
+			cancel()
+			switch {
+			case err == nil:
+				s.log.Info("released the lease of a run the database failed under", "key", lease.Record.Key)
+				return
+			case errors.Is(err, idempotency.ErrLeaseLost):
+				return
+			case !dbstate.Unavailable(err) || time.Now().Add(pause).After(giveUp):
+				s.log.Warn("could not release the lease of a run the database failed under; it runs out by itself",
+					"key", lease.Record.Key, "error", err.Error())
+				return
+			}
+			time.Sleep(pause)
+			pause = min(2*pause, 2*time.Second)
+		}
+	})
+}
+
+// Wait waits until the leases being released in the background
+// (releaseLater) are released or given up; for shutdown and tests.
+func (s *Service) Wait() { s.background.Wait() }
 
 // afterLeaseLost answers a run whose lease was taken over: with the key's
 // stored response if the new holder finished, else ErrInProgress.

@@ -78,52 +78,23 @@ func (l *Lease) Finish(ctx context.Context, tx pgx.Tx, resp Response) error {
 	return nil
 }
 
-// releaseSQL gives the key up after a transient failure, at its last
-// recovery point: the lease ends now, so a client's retry takes it over at
-// once, while the reaper waits out a backoff that doubles with each attempt.
-const releaseSQL = `
-UPDATE idempotency_keys
-   SET locked_until = NULL,
-       attempts = attempts + 1,
-       last_error = left($5, 1000),
-       next_attempt_at = phasepay_now()
-           + least($6 * power(2, least(attempts, 30)), $7) * interval '1 microsecond'
- WHERE tenant_id = $1 AND key = $2 AND created_at = $3
-   AND lock_version = $4
-   AND state = 'started'`
-
-// Release gives the lease up after a transient failure (cause). It returns
-// ErrLeaseLost if the lease was already lost, in which case there is nothing
-// to release.
-func (l *Lease) Release(ctx context.Context, q DBTX, cause error) error {
-	r := l.Record
-	msg := "released"
-	if cause != nil {
-		msg = cause.Error()
-	}
-	tag, err := q.Exec(ctx, releaseSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, msg,
-		l.store.cfg.RetryBackoff.Microseconds(), l.store.cfg.MaxRetryBackoff.Microseconds())
-	if err != nil {
-		return fmt.Errorf("release %q: %w", r.Key, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("release %q: %w", r.Key, ErrLeaseLost)
-	}
-	return nil
-}
-
 // extendSQL is the heartbeat: it pushes the lease out while the holder waits
 // on something slow, fenced so that it cannot revive a lease already taken
-// over.
+// over. The fence alone is not enough: Release ends a lease without bumping
+// lock_version, so a heartbeat tick that ran just after its own holder's
+// Release (the goroutine not yet stopped) would lease the key again, and
+// the client's next retry would get 409 for a whole lease. Only a lease
+// that is still held is extended: locked_until set and not yet passed.
 const extendSQL = `
 UPDATE idempotency_keys
    SET locked_until = phasepay_now() + $5 * interval '1 microsecond'
  WHERE tenant_id = $1 AND key = $2 AND created_at = $3
    AND lock_version = $4
-   AND state = 'started'`
+   AND state = 'started'
+   AND locked_until > phasepay_now()`
 
 // Extend renews the lease for another Lease duration. It returns
-// ErrLeaseLost if the lease was taken over.
+// ErrLeaseLost if the lease was taken over, released, or ran out.
 func (l *Lease) Extend(ctx context.Context, q DBTX) error {
 	r := l.Record
 	tag, err := q.Exec(ctx, extendSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, l.store.cfg.Lease.Microseconds())
@@ -139,7 +110,10 @@ func (l *Lease) Extend(ctx context.Context, q DBTX) error {
 // Heartbeat extends the lease every third of its duration until ctx ends,
 // so that a live worker waiting on a slow foreign call is not taken over
 // while a dead one's lease still runs out. It calls lost (once) and returns
-// when an extension finds the lease gone (ErrLeaseLost). Run it in its own goroutine.
+// when an extension finds the lease gone (ErrLeaseLost). Run it in its own
+// goroutine, and wait for it to return before releasing or finishing the
+// lease (extendSQL refuses a released lease, but a tick in flight is still
+// a statement racing the release).
 func (l *Lease) Heartbeat(ctx context.Context, q DBTX, lost func(error)) {
 	t := time.NewTicker(l.store.cfg.Lease / 3)
 	defer t.Stop()

@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
@@ -63,7 +64,9 @@ type Config struct {
 	// CONCURRENTLY waiting on a long transaction is cut off, left "detach
 	// pending", and finished by a later pass. Default 30s.
 	MaintenanceTimeout time.Duration
-	// BatchSize is how many keys one takeover statement claims. Default 20.
+	// BatchSize is the most keys one takeover statement claims; it never
+	// claims more than there are idle driving slots (Parallelism), so no
+	// key is held without being driven. Default 20.
 	BatchSize int
 	// Parallelism is how many taken-over keys are driven at once (each may
 	// wait on the PSP). Default 4.
@@ -114,7 +117,9 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, svc *charges.Service, cfg 
 	return &Reaper{cfg: cfg, pool: pool, keys: keys, charges: svc, log: cfg.Logger, m: m}, nil
 }
 
-// Run makes a pass at once and then every Interval until ctx ends. A pass
+// Run makes a pass at once and then every Interval until ctx ends, whatever
+// a pass returns: a pass that failed (the database away) is logged and the
+// next one tries again. A pass
 // under way when ctx ends finishes its current batch (the keys it took over
 // are driven to done or released), then Run returns nil.
 func (r *Reaper) Run(ctx context.Context) error {
@@ -126,7 +131,14 @@ func (r *Reaper) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		if _, err := r.RunOnce(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		_, err := r.RunOnce(ctx)
+		switch {
+		case err == nil, errors.Is(err, context.Canceled):
+		case dbstate.Unavailable(err):
+			// A PostgreSQL restart or outage: nothing to do but try again
+			// next pass; the reaper is not restarted for it.
+			r.log.WarnContext(ctx, "reaper pass: database unavailable, retrying next pass", "error", err.Error())
+		default:
 			r.log.ErrorContext(ctx, "reaper pass failed", "error", err.Error())
 		}
 		t.Reset(r.cfg.Interval)
@@ -165,50 +177,76 @@ func (r *Reaper) RunOnce(ctx context.Context) (*PassResult, error) {
 	return res, nil
 }
 
-// complete takes over and drives abandoned keys, batch after batch, until a
-// batch comes back short. Keys taken over are driven under a context that
-// SIGTERM does not cancel: a key this reaper holds is finished or released,
-// never dropped half way.
+// complete takes over and drives abandoned keys until none is due. It takes
+// over only as many keys as it has free driving slots (Parallelism): a key
+// taken over is a lease, and a lease held by a key waiting in a queue is not
+// heartbeated, so it would run out and a second reaper would take the key
+// over and call the PSP for it again, while this one still meant to. Keys
+// taken over are driven under a context that SIGTERM does not cancel: a key
+// this reaper holds is finished or released, never dropped half way.
 func (r *Reaper) complete(ctx context.Context, res *PassResult) error {
-	for ctx.Err() == nil {
-		leases, err := r.keys.TakeOverExpired(ctx, r.pool, r.cfg.BatchSize)
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		max = min(r.cfg.BatchSize, r.cfg.Parallelism)
+		// free holds one token per idle driving slot.
+		free = make(chan struct{}, r.cfg.Parallelism)
+	)
+	for range r.cfg.Parallelism {
+		free <- struct{}{}
+	}
+	defer wg.Wait()
+	for {
+		// Wait for a slot, then take every other slot idle right now.
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		n := 1
+	more:
+		for n < max {
+			select {
+			case <-free:
+				n++
+			default:
+				break more
+			}
+		}
+		leases, err := r.keys.TakeOverExpired(ctx, r.pool, n)
+		for range n - len(leases) {
+			free <- struct{}{}
+		}
 		if err != nil {
 			return err
 		}
 		r.m.takeovers.Add(ctx, int64(len(leases)))
-		r.drive(context.WithoutCancel(ctx), leases, res)
-		if len(leases) < r.cfg.BatchSize {
-			return nil
+		for _, lease := range leases {
+			wg.Go(func() {
+				defer func() { free <- struct{}{} }()
+				r.driveOne(context.WithoutCancel(ctx), lease, res, &mu)
+			})
+		}
+		if len(leases) < n {
+			return nil // nothing else is due; the keys in hand finish before the pass ends
 		}
 	}
-	return ctx.Err()
 }
 
-func (r *Reaper) drive(ctx context.Context, leases []*idempotency.Lease, res *PassResult) {
-	var (
-		wg  sync.WaitGroup
-		mu  sync.Mutex
-		sem = make(chan struct{}, r.cfg.Parallelism)
-	)
-	for _, lease := range leases {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			err := r.resume(ctx, lease)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				res.Failed++
-				r.m.failures.Add(ctx, 1)
-				r.log.WarnContext(ctx, "could not complete key", "tenant_id", lease.Record.TenantID, "key", lease.Record.Key,
-					"recovery_point", string(lease.Record.Point), "attempts", lease.Record.Attempts+1, "error", err.Error())
-				return
-			}
-			res.Completed++
-			r.m.completions.Add(ctx, 1)
-		})
+// driveOne resumes one taken-over key and counts the outcome in res.
+func (r *Reaper) driveOne(ctx context.Context, lease *idempotency.Lease, res *PassResult, mu *sync.Mutex) {
+	err := r.resume(ctx, lease)
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		res.Failed++
+		r.m.failures.Add(ctx, 1)
+		r.log.WarnContext(ctx, "could not complete key", "tenant_id", lease.Record.TenantID, "key", lease.Record.Key,
+			"recovery_point", string(lease.Record.Point), "attempts", lease.Record.Attempts+1, "error", err.Error())
+		return
 	}
-	wg.Wait()
+	res.Completed++
+	r.m.completions.Add(ctx, 1)
 }
 
 // resume routes a key to the state machine its request belongs to.
@@ -222,7 +260,8 @@ func (r *Reaper) resume(ctx context.Context, lease *idempotency.Lease) error {
 	default:
 		// Release it so that it is counted as stuck and visible, not held.
 		err := fmt.Errorf("no state machine for %s %s", lease.Record.Request.Method, lease.Record.Request.Path)
-		return errors.Join(err, lease.Release(ctx, r.pool, err))
+		_, rerr := lease.Release(ctx, r.pool, err, 0)
+		return errors.Join(err, rerr)
 	}
 }
 
@@ -247,27 +286,47 @@ func (r *Reaper) maintain(ctx context.Context, res *PassResult) error {
 		return nil
 	}
 	defer func() {
-		// A session lock outlives the statement: release it before the
-		// connection returns to the pool, even if ctx has ended.
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, maintenanceLockID); err != nil {
+		// A session lock and session settings outlive the statement: undo
+		// them before the connection returns to the pool, even if ctx has
+		// ended.
+		if _, err := conn.Exec(context.WithoutCancel(ctx), resetMaintenanceSQL, maintenanceLockID); err != nil {
 			conn.Conn().Close(context.Background()) //nolint:errcheck // closing drops the lock
 		}
 	}()
 	res.Maintained = true
 	r.lastMaintenance = time.Now()
+	// The pool's statement_timeout suits requests, not reads of whole
+	// partitions, and a DETACH … CONCURRENTLY waiting for old transactions
+	// blocks no one: this session may take up to the pass's own timeout.
+	// The statements that could make claims queue behind them set a short
+	// lock_timeout of their own (idempotency.MaintenanceLockTimeout).
+	timeout := fmt.Sprintf("%dms", r.cfg.MaintenanceTimeout.Milliseconds())
+	if _, err := conn.Exec(ctx, `SELECT set_config('statement_timeout', $1, false), set_config('lock_timeout', $1, false)`, timeout); err != nil {
+		return fmt.Errorf("maintenance settings: %w", err)
+	}
 
+	// A failure to create partitions (a lock timeout behind a long
+	// reader, say) must not stop retention, nor the other way round.
+	var errs []error
 	if res.Created, err = idempotency.EnsurePartitions(ctx, conn); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	r.m.partitionsCreated.Add(ctx, int64(res.Created))
 	if res.Created > 0 {
 		r.log.InfoContext(ctx, "created partitions ahead", "count", res.Created)
 	}
+	if missing, err := idempotency.MissingDays(ctx, conn); err != nil {
+		errs = append(errs, err)
+	} else if len(missing) > 0 {
+		r.log.WarnContext(ctx, "days without a partition of their own (their keys go to the DEFAULT partition; see docs/operations.md)",
+			"days", formatDays(missing))
+	}
 	ahead, err := idempotency.DaysAhead(ctx, conn)
 	if err != nil {
-		return err
+		errs = append(errs, err)
+	} else {
+		r.m.daysAhead.Record(ctx, int64(ahead))
 	}
-	r.m.daysAhead.Record(ctx, int64(ahead))
 
 	start := time.Now()
 	report, err := idempotency.DropExpiredPartitions(ctx, conn, r.cfg.Retention)
@@ -282,7 +341,21 @@ func (r *Reaper) maintain(ctx context.Context, res *PassResult) error {
 	for _, k := range report.Kept {
 		r.log.WarnContext(ctx, "kept partition past retention", "partition", k.Name, "reason", k.Reason)
 	}
-	return err
+	return errors.Join(append(errs, err)...)
+}
+
+// resetMaintenanceSQL releases the maintenance lock and puts the session's
+// timeouts back to the pool's (the values of the connection's start-up).
+const resetMaintenanceSQL = `SELECT pg_advisory_unlock($1), set_config('statement_timeout', reset_val, false),
+       (SELECT set_config('lock_timeout', reset_val, false) FROM pg_settings WHERE name = 'lock_timeout')
+  FROM pg_settings WHERE name = 'statement_timeout'`
+
+func formatDays(days []time.Time) []string {
+	out := make([]string, len(days))
+	for i, d := range days {
+		out[i] = d.Format(time.DateOnly)
+	}
+	return out
 }
 
 type instruments struct {

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 
 func setup(t *testing.T) *chargestest.Bundle {
 	t.Helper()
-	return chargestest.Setup(t, idempotency.Config{RetryBackoff: time.Minute})
+	return chargestest.Setup(t, idempotency.Config{RetryBase: time.Minute})
 }
 
 // abandon makes an API worker die at the given point of key's request.
