@@ -390,6 +390,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 				continue
 			case <-time.After(wait):
 			}
+			if db.recovering.Load() {
+				continue // see dbChaos.recovering
+			}
 			w := workers[rnd.IntN(len(workers))]
 			if rnd.IntN(10) < 6 {
 				w.signal(syscall.SIGKILL)

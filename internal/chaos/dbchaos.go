@@ -35,7 +35,14 @@ type dbChaos struct {
 	bases   []string // the api workers' base URLs, by worker index
 	reapers []string // the reapers' application names
 
-	restarts    atomic.Int64
+	restarts atomic.Int64
+	// recovering is set from the database's start until every process has
+	// recovered: the chaos controller kills and pauses no worker meanwhile,
+	// so a slow recovery is the processes' own and not the harness's
+	// doing. Workers killed while the database was down still have to
+	// start against a database that is away, and recover from that.
+	recovering atomic.Bool
+
 	mu          sync.Mutex
 	down        time.Duration // total time the database was down
 	maxRecovery time.Duration
@@ -75,7 +82,9 @@ func (d *dbChaos) run(ctx context.Context, finished *atomic.Int64, clientsDone <
 		}
 		up := time.Now()
 		d.restarts.Add(1)
+		d.recovering.Store(true)
 		rec, notRecovered, last := d.awaitRecovery(ctx, up)
+		d.recovering.Store(false)
 		d.mu.Lock()
 		d.down += up.Sub(stopped)
 		d.maxRecovery = max(d.maxRecovery, rec)
