@@ -55,9 +55,9 @@ func (c Class) String() string {
 // knows how to record, so it is unknown rather than a guess.
 var successResults = map[string]bool{
 	StatusAuthorized: true,
-	"captured":       true,
-	"voided":         true,
-	"refunded":       true,
+	StatusCaptured:   true,
+	StatusVoided:     true,
+	StatusRefunded:   true,
 	"succeeded":      true,
 }
 

@@ -135,7 +135,13 @@ type Injected struct {
 // each a kind plus a handler.
 type opKind string
 
-const opAuthorization opKind = "authorizations"
+// The kinds, named as their endpoints are (/v1/<kind>, /_admin/<kind>).
+const (
+	opAuthorization opKind = "authorizations"
+	opCapture       opKind = "captures"
+	opVoid          opKind = "voids"
+	opRefund        opKind = "refunds"
+)
 
 // Mock is an in-memory PSP serving the endpoints of CONTRACT.md ("The mock
 // PSP"). It is an http.Handler and safe for concurrent use.
@@ -155,6 +161,7 @@ type Mock struct {
 	keys     map[opKey]*record   // keys remembered, possibly past keyTTL (see remembered)
 	ledger   []*record           // every operation, in creation order, for ever
 	byRef    map[opKey][]*record // ledger by kind and reference, for lookups
+	byAuth   map[string]*authState
 	requests []RequestEntry
 	injected Injected
 }
@@ -171,8 +178,23 @@ type record struct {
 	kind opKind
 	key  string
 	at   time.Time // when the key was first used; it is forgotten keyTTL later
-	req  authorizeBody
-	auth Authorization
+	// body is the request's parsed body (authorizeBody or operationBody),
+	// comparable: a replay must be equal to it, whatever its formatting.
+	body      any
+	reference string
+	amount    int64
+	currency  string
+	auth      Authorization // the result of an authorization
+	op        Operation     // the result of a capture, void or refund
+}
+
+// authState is what the PSP's invariants are checked against: per
+// authorization, what has been captured, voided and refunded.
+type authState struct {
+	rec      *record
+	captured int64 // amount captured; 0 if not
+	voided   bool
+	refunded int64 // sum of refunds
 }
 
 // NewMock returns a mock PSP injecting f, with the default name and key
@@ -204,6 +226,7 @@ func newMock(cfg MockConfig, src rand.Source) (*Mock, error) {
 		attempts: make(map[string]int),
 		keys:     make(map[opKey]*record),
 		byRef:    make(map[opKey][]*record),
+		byAuth:   make(map[string]*authState),
 	}
 	if m.now == nil {
 		m.now = time.Now
@@ -258,9 +281,9 @@ func (m *Mock) Authorizations() []LedgerEntry {
 		out = append(out, LedgerEntry{
 			ID:             rec.auth.ID,
 			IdempotencyKey: rec.key,
-			Reference:      rec.req.Reference,
-			Amount:         rec.req.Amount,
-			Currency:       rec.req.Currency,
+			Reference:      rec.reference,
+			Amount:         rec.amount,
+			Currency:       rec.currency,
 			Status:         rec.auth.Status,
 			Attempts:       m.attempts[rec.key],
 		})
@@ -332,10 +355,10 @@ func (m *Mock) remembered(kind opKind, key string) (*record, bool) {
 
 // store remembers a new operation under its key and in the ledger; mu must
 // be held.
-func (m *Mock) store(rec *record, reference string) {
+func (m *Mock) store(rec *record) {
 	m.keys[opKey{rec.kind, rec.key}] = rec
 	m.ledger = append(m.ledger, rec)
-	ref := opKey{rec.kind, reference}
+	ref := opKey{rec.kind, rec.reference}
 	m.byRef[ref] = append(m.byRef[ref], rec)
 }
 
@@ -344,7 +367,7 @@ type outcome struct {
 	status int // http.StatusOK, or the fault's or the refusal's status
 	code   string
 	msg    string
-	auth   Authorization
+	result any  // the answer of a 200
 	drop   bool // close the connection instead of answering
 }
 
@@ -362,26 +385,36 @@ func (m *Mock) authorize(key string, req authorizeBody, f Faults) outcome {
 	}
 	rec, ok := m.remembered(opAuthorization, key)
 	switch {
-	case ok && rec.req != req:
+	case ok && rec.body != any(req):
 		return outcome{status: http.StatusUnprocessableEntity, code: "idempotency_key_mismatch", msg: errKeyReused.Error()}
 	case !ok:
 		if m.roll(f.RejectRate) {
 			m.injected.Rejects++
 			return outcome{status: http.StatusBadRequest, code: "rejected", msg: "injected fault (reject_rate)"}
 		}
-		rec = &record{kind: opAuthorization, key: key, at: m.now(), req: req, auth: m.decide(req)}
-		m.store(rec, req.Reference)
+		rec = &record{
+			kind: opAuthorization, key: key, at: m.now(), body: req,
+			reference: req.Reference, amount: req.Amount, currency: req.Currency, auth: m.decide(req),
+		}
+		m.store(rec)
+		m.byAuth[rec.auth.ID] = &authState{rec: rec}
 	}
+	return m.answer(rec.auth, f)
+}
+
+// answer is the 200 of an operation made or replayed, unless drop_rate
+// drops it; mu must be held.
+func (m *Mock) answer(result any, f Faults) outcome {
 	drop := m.roll(f.DropRate)
 	if drop {
 		m.injected.Drops++
 	}
-	return outcome{status: http.StatusOK, auth: rec.auth, drop: drop}
+	return outcome{status: http.StatusOK, result: result, drop: drop}
 }
 
 // lookup answers GET ?reference= for kind: every operation made for the
 // reference, whether its key is remembered or not.
-func (m *Mock) lookup(kind opKind, reference string, f Faults) (outcome, []lookupEntry) {
+func (m *Mock) lookup(kind opKind, reference string, f Faults) (outcome, []any) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.roll(f.ErrorRate) {
@@ -393,18 +426,28 @@ func (m *Mock) lookup(kind opKind, reference string, f Faults) (outcome, []looku
 		return outcome{status: http.StatusServiceUnavailable, code: "unavailable", msg: "injected fault (lookup_error_rate)"}, nil
 	}
 	recs := m.byRef[opKey{kind, reference}]
-	out := make([]lookupEntry, 0, len(recs))
+	out := make([]any, 0, len(recs))
 	for _, rec := range recs {
-		out = append(out, lookupEntry{Authorization: rec.auth, Amount: rec.req.Amount, Currency: rec.req.Currency, CreatedAt: rec.at})
+		if kind == opAuthorization {
+			out = append(out, authorizationEntry{Authorization: rec.auth, Amount: rec.amount, Currency: rec.currency, CreatedAt: rec.at})
+		} else {
+			out = append(out, operationEntry{Operation: rec.op, CreatedAt: rec.at})
+		}
 	}
 	return outcome{status: http.StatusOK}, out
 }
 
-// lookupEntry is one authorization as a lookup by reference shows it.
-type lookupEntry struct {
+// authorizationEntry is one authorization as a lookup by reference shows it.
+type authorizationEntry struct {
 	Authorization
 	Amount    int64     `json:"amount"`
 	Currency  string    `json:"currency"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// operationEntry is one capture, void or refund as a lookup shows it.
+type operationEntry struct {
+	Operation
 	CreatedAt time.Time `json:"created_at"`
 }
 

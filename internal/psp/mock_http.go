@@ -26,6 +26,11 @@ func (m *Mock) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/authorizations", m.handleAuthorize)
 	mux.HandleFunc("GET /v1/authorizations", m.handleLookup(opAuthorization))
 	mux.HandleFunc("GET /_admin/authorizations", m.handleListAuthorizations)
+	for _, kind := range []opKind{opCapture, opVoid, opRefund} {
+		mux.HandleFunc("POST /v1/"+string(kind), m.handleOperation(kind))
+		mux.HandleFunc("GET /v1/"+string(kind), m.handleLookup(kind))
+		mux.HandleFunc("GET /_admin/"+string(kind), m.handleListOperations(kind))
+	}
 	mux.HandleFunc("GET /_admin/requests", m.handleListRequests)
 	mux.HandleFunc("PUT /_admin/faults", m.handleSetFaults)
 	mux.HandleFunc("GET /_admin/faults", m.handleGetFaults)
@@ -67,7 +72,7 @@ func (m *Mock) handleAuthorize(w http.ResponseWriter, r *http.Request) {
 	}
 	ex.setReference(body.Reference)
 	out := m.authorize(key, body, ex.faults)
-	ex.finish(w, r, out, out.auth)
+	ex.finish(w, r, out, out.result)
 }
 
 // handleLookup serves GET ?reference= for kind: {"data": [...]}.
@@ -81,7 +86,7 @@ func (m *Mock) handleLookup(kind opKind) http.HandlerFunc {
 		}
 		out, found := m.lookup(kind, ref, ex.faults)
 		ex.finish(w, r, out, struct {
-			Data []lookupEntry `json:"data"`
+			Data []any `json:"data"`
 		}{found})
 	}
 }
@@ -109,11 +114,8 @@ func (ex *exchange) finish(w http.ResponseWriter, r *http.Request, out outcome, 
 // parseAuthorize reads and checks a request; on failure it also returns the
 // error code of the 400 answer.
 func parseAuthorize(w http.ResponseWriter, r *http.Request, key string) (authorizeBody, string, error) {
-	switch {
-	case key == "":
-		return authorizeBody{}, "idempotency_key_missing", errors.New("the Idempotency-Key header is required")
-	case len(key) > maxKeyLength:
-		return authorizeBody{}, "invalid_request", fmt.Errorf("Idempotency-Key: longer than %d characters", maxKeyLength)
+	if code, err := checkKey(key); err != nil {
+		return authorizeBody{}, code, err
 	}
 	var body authorizeBody
 	if err := decodeJSON(w, r, &body); err != nil {
@@ -123,6 +125,18 @@ func parseAuthorize(w http.ResponseWriter, r *http.Request, key string) (authori
 		return authorizeBody{}, "invalid_request", err
 	}
 	return body, "", nil
+}
+
+// checkKey checks an Idempotency-Key header, returning the error code of
+// the 400 answer with the error.
+func checkKey(key string) (string, error) {
+	switch {
+	case key == "":
+		return "idempotency_key_missing", errors.New("the Idempotency-Key header is required")
+	case len(key) > maxKeyLength:
+		return "invalid_request", fmt.Errorf("Idempotency-Key: longer than %d characters", maxKeyLength)
+	}
+	return "", nil
 }
 
 func (m *Mock) handleListAuthorizations(w http.ResponseWriter, _ *http.Request) {

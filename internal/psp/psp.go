@@ -17,6 +17,14 @@ const (
 	StatusDeclined = "declined"
 )
 
+// Statuses of captures, voids and refunds, as the PSP spells them: each
+// is the success of its operation.
+const (
+	StatusCaptured = "captured"
+	StatusVoided   = "voided"
+	StatusRefunded = "refunded"
+)
+
 // DeclineCodeCardDeclined is the decline code of the mock's declining
 // payment method.
 const DeclineCodeCardDeclined = "card_declined"
@@ -60,6 +68,26 @@ type Authorization struct {
 	// Reference is the charge id the authorization was made for; empty only
 	// if the PSP does not echo it.
 	Reference string `json:"reference,omitempty"`
+}
+
+// Operation is the PSP's answer to a capture, void or refund (POST
+// /v1/captures, /v1/voids, /v1/refunds), or one entry of their lookup by
+// reference.
+type Operation struct {
+	// ID is the PSP's id: cap_..., void_... or ref_...
+	ID string `json:"id"`
+	// Status is StatusCaptured, StatusVoided or StatusRefunded.
+	Status string `json:"status"`
+	// Authorization is the id of the authorization operated on, auth_...
+	Authorization string `json:"authorization"`
+	// Amount is what was captured or refunded, in the currency's minor
+	// unit; for a void, the authorized amount released.
+	Amount int64 `json:"amount"`
+	// Currency is the authorization's lower-case ISO 4217 code.
+	Currency string `json:"currency"`
+	// Reference is the charge id (captures, voids) or the refund id
+	// (refunds) the client sent.
+	Reference string `json:"reference"`
 }
 
 // The sentinels below name the outcome classes that are errors (see Class):
