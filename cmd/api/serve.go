@@ -13,8 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/platform"
@@ -64,11 +66,11 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	if created, err := idempotency.EnsurePartitions(ctx, pool); err != nil {
-		return fmt.Errorf("start: %w (has `api migrate` run?)", err)
-	} else if created > 0 {
-		m.Logger.Info("created partitions ahead", "count", created)
+	stopCheck, err := m.checkPartitions(ctx, pool)
+	if err != nil {
+		return err
 	}
+	defer stopCheck()
 
 	authorizer := m.Authorizer
 	if authorizer == nil {
@@ -146,6 +148,75 @@ func (m *Main) Run(ctx context.Context) error {
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
 	defer cancel()
 	return api.Shutdown(shutCtx)
+}
+
+// StartupCheckTimeout bounds each try of the start-up partition check, so
+// that a database that accepts connections but does not answer cannot hang
+// the start.
+const StartupCheckTimeout = 10 * time.Second
+
+// startupCheckRetry is the pause between tries while the database is away.
+const startupCheckRetry = 2 * time.Second
+
+// checkPartitions creates the partitions inserts will soon need, as the
+// reaper does, so that a fresh deployment works before any reaper ran.
+// A database that is down, restarting or busy (dbstate.Unavailable) does not
+// stop the start: the api serves (requests answer 503 database_unavailable
+// and /readyz 503 until PostgreSQL answers) and the check is retried in the
+// background, the way the api rides out a restart that happens later. Any
+// other failure (no such function: `api migrate` has not run) is a
+// configuration error, and the start fails with it. Days left without a
+// partition (an operator's DEFAULT partition holds their rows) are a
+// warning, not a failure. stop ends the background retries.
+func (m *Main) checkPartitions(ctx context.Context, pool *pgxpool.Pool) (stop func(), err error) {
+	try := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, StartupCheckTimeout)
+		defer cancel()
+		created, err := idempotency.EnsurePartitions(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if created > 0 {
+			m.Logger.Info("created partitions ahead", "count", created)
+		}
+		if missing, err := idempotency.MissingDays(ctx, pool); err == nil && len(missing) > 0 {
+			days := make([]string, len(missing))
+			for i, d := range missing {
+				days[i] = d.Format(time.DateOnly)
+			}
+			m.Logger.Warn("days without a partition of their own (their keys go to the DEFAULT partition; see docs/operations.md)", "days", days)
+		}
+		return nil
+	}
+	err = try(ctx)
+	switch {
+	case err == nil:
+		return func() {}, nil
+	case !dbstate.Unavailable(err):
+		return nil, fmt.Errorf("start: %w (has `api migrate` run?)", err)
+	}
+	m.Logger.Warn("database unavailable at start: serving 503 until it answers", "error", err.Error())
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(startupCheckRetry):
+			}
+			err := try(ctx)
+			if err == nil {
+				m.Logger.Info("database available: start-up partition check done")
+				return
+			}
+			if ctx.Err() == nil {
+				m.Logger.Warn("start-up partition check failed; retrying", "error", err.Error())
+			}
+		}
+	}()
+	return func() { cancel(); <-done }, nil
 }
 
 func (m *Main) init() {

@@ -8,6 +8,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/problem"
 	"github.com/phasepay/phasepay/internal/tenants"
@@ -24,6 +25,9 @@ var (
 const (
 	retryInProgress     = 1
 	retryPSPUnavailable = 2
+	// A PostgreSQL restart takes seconds; the contract asks for the 503
+	// within 5 s and a retry soon after is what brings the key back.
+	retryDatabaseUnavailable = 2
 )
 
 // problemFor is the one table from errors to the contract's statuses and
@@ -56,6 +60,15 @@ func problemFor(err error) problem.Problem {
 		p := problem.New(http.StatusConflict, problem.IdempotencyKeyInUse,
 			"A request with this Idempotency-Key is in progress. Retry after a pause.")
 		p.RetryAfter = retryInProgress
+		return p
+	case dbstate.Unavailable(err) && !errors.Is(err, charges.ErrPSPUnavailable):
+		// Unreachable, restarting, or past statement_timeout or
+		// lock_timeout: the same request will work once it is back, and a
+		// key this request held is released as soon as it is (see
+		// charges.Service's releaseLater).
+		p := problem.New(http.StatusServiceUnavailable, problem.DatabaseUnavailable,
+			"The database is unavailable. Retry with the same Idempotency-Key after Retry-After: the request resumes where it stopped.")
+		p.RetryAfter = retryDatabaseUnavailable
 		return p
 	case errors.Is(err, charges.ErrPSPUnavailable):
 		p := problem.New(http.StatusServiceUnavailable, problem.PSPUnavailable,
