@@ -27,7 +27,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/internal/charges"
-	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
 // Config configures a run.
@@ -444,7 +443,7 @@ func (e *env) loads(ctx context.Context, res *Results) error {
 		e.log("  replays,     %2d clients: %.0f/s, p50 %.2f ms, p99 %.2f ms", c, r.PerSec, r.Latency.P50, r.Latency.P99)
 	}
 	// Keys held by a live worker: a lease far in the future.
-	canon, err := idempotency.Canonicalize(http.MethodPost, charges.Path, []byte(visa))
+	canon, _, err := charges.ParseCreateRequest([]byte(visa))
 	if err != nil {
 		return err
 	}

@@ -90,7 +90,7 @@ func (e *env) growth(ctx context.Context, res *Results) error {
 
 		// The claim alone: its lock and its statement, in a transaction
 		// rolled back so that nothing changes between sizes.
-		canon, err := idempotency.Canonicalize(http.MethodPost, charges.Path, []byte(visa))
+		canon, _, err := charges.ParseCreateRequest([]byte(visa))
 		if err != nil {
 			return err
 		}

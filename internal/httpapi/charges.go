@@ -36,12 +36,9 @@ func (s *server) createCharge(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	params, err := charges.ParseCreateParams(body)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	req, err := idempotency.Canonicalize(http.MethodPost, charges.Path, body)
+	// The fingerprint is taken from what was parsed, never from the bytes
+	// that came: see charges.ParseCreateRequest.
+	req, params, err := charges.ParseCreateRequest(body)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

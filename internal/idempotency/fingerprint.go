@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 
 	"github.com/gowebpki/jcs"
@@ -13,8 +14,8 @@ import (
 type Fingerprint [sha256.Size]byte
 
 // Canonical is a request reduced to what its fingerprint covers. Body is the
-// RFC 8785 canonical form of the JSON body: the form that is stored, so that a
-// takeover resumes from exactly what was fingerprinted.
+// RFC 8785 canonical form of the request as parsed: the form that is stored,
+// so that a takeover resumes from exactly what was fingerprinted.
 type Canonical struct {
 	Method      string
 	Path        string
@@ -22,10 +23,42 @@ type Canonical struct {
 	Fingerprint Fingerprint
 }
 
+// CanonicalizeParams is how a request is fingerprinted: params is the
+// request's body as parsed and validated (a struct, never the client's
+// bytes), and its JSON encoding is what Canonicalize fingerprints and what is
+// stored.
+//
+// Fingerprinting the client's bytes instead is a hole: a decoder and a
+// canonicaliser that read one body differently (encoding/json keeps the last
+// of "amount" and "AMOUNT", a canonicaliser keeps both) let one fingerprint
+// stand for two different executions. Encoding what was parsed closes it by
+// construction: two requests share a fingerprint only if they encode alike,
+// and the stored body decodes back to the very parameters that ran. So the
+// encoding must be injective on what executes: an optional member that is
+// absent and one that is null or empty but executes the same must encode
+// alike (omitempty), and two that execute differently must not.
+func CanonicalizeParams(method, path string, params any) (Canonical, error) {
+	switch params.(type) {
+	case []byte, json.RawMessage, string:
+		return Canonical{}, fmt.Errorf("canonicalize %s %s: takes the parsed request, not raw JSON (%T)", method, path, params)
+	}
+	body, err := json.Marshal(params)
+	if err != nil {
+		return Canonical{}, fmt.Errorf("canonicalize %s %s: %w", method, path, err)
+	}
+	if len(body) == 0 || body[0] != '{' {
+		return Canonical{}, fmt.Errorf("canonicalize %s %s: %T does not encode as a JSON object", method, path, params)
+	}
+	return Canonicalize(method, path, body)
+}
+
 // Canonicalize computes the fingerprint of a request: SHA-256 over the method,
 // the path and the RFC 8785 canonical JSON body (sorted keys, normalised
 // numbers and strings, no insignificant white space), so that re-ordered or
 // re-indented JSON is the same request. Headers are not part of it.
+//
+// body must be the encoding of the request as parsed, never the bytes a
+// client sent: see CanonicalizeParams, which request handlers use.
 //
 // Note what canonical JSON implies: numbers are IEEE 754 doubles, so two
 // integers above 2^53 may canonicalise alike. Callers that carry such numbers

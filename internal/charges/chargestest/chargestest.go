@@ -81,9 +81,7 @@ func NewService(t *testing.T, pool *pgxpool.Pool, keys *idempotency.Store, a cha
 // Request returns a charge request body's fingerprinted form and params.
 func Request(t *testing.T, body string) (idempotency.Canonical, charges.CreateParams) {
 	t.Helper()
-	req, err := idempotency.Canonicalize("POST", charges.Path, []byte(body))
-	require.NoError(t, err)
-	params, err := charges.ParseCreateParams([]byte(body))
+	req, params, err := charges.ParseCreateRequest([]byte(body))
 	require.NoError(t, err)
 	return req, params
 }
