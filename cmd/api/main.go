@@ -41,6 +41,7 @@ var commands = []*command{
 		summary: "secret API keys of tenants",
 		sub:     []*command{keysCreateCommand, keysListCommand, keysRevokeCommand},
 	},
+	requestsCommand,
 }
 
 // defaultCommand runs when the command line is empty.
@@ -130,7 +131,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		writeUsage(stdout, path, cmd, fs, true)
 		return 0
 	}
-	if err := fs.Parse(args); err != nil {
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", path, err)
 		writeUsage(stderr, path, cmd, nil, false)
 		return 2
@@ -143,7 +145,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	inv := &invocation{cfg: cfg, getenv: getenv, logger: telemetry.NewLogger(stderr), stdout: stdout, stderr: stderr, args: fs.Args()}
+	inv := &invocation{cfg: cfg, getenv: getenv, logger: telemetry.NewLogger(stderr), stdout: stdout, stderr: stderr, args: positional}
 	switch err := act(ctx, inv); {
 	case err == nil:
 		return 0
@@ -307,4 +309,25 @@ ahead.`,
 			return nil
 		}
 	},
+}
+
+// parseInterspersed parses flags wherever they stand among the arguments
+// (`requests resolve acme k1 --as failed`), which the flag package alone
+// does not: it stops at the first argument that is not a flag. "--" ends
+// the flags. It returns the arguments that are not flags, in order.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional, args = append(positional, rest[0]), rest[1:]
+	}
 }

@@ -16,6 +16,9 @@ const (
 	StatusPending    Status = "pending"
 	StatusAuthorized Status = "authorized"
 	StatusDeclined   Status = "declined"
+	// StatusFailed: the PSP refused the request (a final failure other than
+	// a decline: nothing was done there), or an operator settled it so.
+	StatusFailed Status = "failed"
 )
 
 // Charge is a payment authorized (or declined) once per idempotency key.
@@ -28,6 +31,9 @@ type Charge struct {
 	Status        Status
 	PSPReference  *string
 	DeclineCode   *string
+	// FailureReason says why a failed charge failed (the PSP's reason, or
+	// the operator's).
+	FailureReason *string
 	Description   *string
 	Metadata      map[string]string
 	CreatedAt     time.Time

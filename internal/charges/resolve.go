@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -171,4 +172,36 @@ func resolvedResponse(c *Charge, r Resolution) idempotency.Response {
 		p.Charge = c.ID
 	}
 	return idempotency.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
+}
+
+// Resolved is an operator's resolution as recorded.
+type Resolved struct {
+	As         ResolveAs `json:"as"`
+	Reason     string    `json:"reason"`
+	By         string    `json:"by"`
+	Forced     bool      `json:"forced"`
+	PSPSaid    *string   `json:"psp_said"`
+	ResolvedAt time.Time `json:"resolved_at"`
+}
+
+const resolutionsSQL = `
+SELECT resolved_as, reason, resolved_by, forced, psp_said, resolved_at
+  FROM request_resolutions WHERE tenant_id = $1 AND key = $2 AND key_created_at = $3 ORDER BY id`
+
+// ResolutionsOf returns the resolutions recorded for a key incarnation.
+func ResolutionsOf(ctx context.Context, q idempotency.DBTX, key idempotency.ID) ([]Resolved, error) {
+	rows, err := q.Query(ctx, resolutionsSQL, key.TenantID, key.Key, key.CreatedAt)
+	if err != nil {
+		return nil, fmt.Errorf("resolutions of %q: %w", key.Key, err)
+	}
+	res, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Resolved])
+	if err != nil {
+		return nil, fmt.Errorf("resolutions of %q: %w", key.Key, err)
+	}
+	return res, nil
+}
+
+// ByID returns a tenant's charge, or ErrNotFound.
+func ByID(ctx context.Context, q idempotency.DBTX, tenantID int64, id string) (*Charge, error) {
+	return chargeByID(ctx, q, tenantID, id)
 }

@@ -208,8 +208,11 @@ func DropExpiredPartitions(ctx context.Context, q Beginner, retention time.Durat
 // happens once per partition, or once per maintenance interval while it is
 // kept for a late key.
 func keepReason(ctx context.Context, q DBTX, ident string, retention time.Duration) (string, error) {
+	// Not done (started or needs_attention): the request may still be
+	// resumed, retried by an operator or resolved, and its key must stay
+	// to keep a client's retry from charging again, whatever its age.
 	var started bool
-	if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ident+" WHERE state = 'started')").Scan(&started); err != nil {
+	if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+ident+" WHERE state <> 'done')").Scan(&started); err != nil {
 		return "", err
 	}
 	if started {

@@ -112,6 +112,35 @@ func TestRetentionNeverDropsUnfinishedKey(t *testing.T) {
 	require.Empty(t, report.Kept)
 }
 
+// TestPartitionWithUnfinishedKeyIsKept: a request given up after
+// GIVE_UP_AFTER (needs_attention) is not finished either: an operator may
+// still retry or resolve it, and its client's retry must still find the
+// key. However old, its partition stays.
+func TestPartitionWithUnfinishedKeyIsKept(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	d := day(40)
+	store, err := idempotency.NewStore(idempotency.Config{GiveUpAfter: time.Hour})
+	require.NoError(t, err)
+	then := testdb.Pool(t, b.url, d.Add(time.Hour))
+	_, err = idempotency.EnsurePartitions(ctx, then)
+	require.NoError(t, err)
+	rec, _, err := claim(ctx, then, store, b.tenant, "attention", b.req)
+	require.NoError(t, err)
+	rel, err := store.LeaseOf(rec).Release(ctx, testdb.Pool(t, b.url, d.Add(3*time.Hour)), fmt.Errorf("psp down"), 0)
+	require.NoError(t, err)
+	require.True(t, rel.NeedsAttention)
+
+	years := testdb.Pool(t, b.url, d.Add(400*24*time.Hour))
+	report, err := idempotency.DropExpiredPartitions(ctx, years, 24*time.Hour)
+	require.NoError(t, err)
+	require.NotContains(t, report.Dropped, partitionName(d))
+	require.Contains(t, report.Kept, idempotency.KeptPartition{Name: partitionName(d), Reason: "holds a started key that is not finished yet"})
+	_, err = store.Lookup(ctx, years, b.tenant, "attention")
+	require.NoError(t, err)
+}
+
 // Dropping is DETACH … CONCURRENTLY then DROP. A detach interrupted half way
 // (its session died, or its context ended while it waited for old
 // snapshots) leaves the partition "detach pending"; the next pass finishes

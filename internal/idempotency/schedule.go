@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/phasepay/phasepay/internal/envconfig"
 )
 
 // releaseSQL ends an attempt that could not finish (the PSP's outcome is
@@ -84,4 +86,22 @@ func (l *Lease) Release(ctx context.Context, q DBTX, cause error, notBefore time
 	}
 	rel.NextAttemptAt = *next
 	return rel, nil
+}
+
+// ScheduleFromEnv reads the retry schedule every process shares: RETRY_BASE
+// (default 1s), RETRY_MAX (1h) and GIVE_UP_AFTER (72h), each a Go duration.
+func ScheduleFromEnv(getenv envconfig.Getenv) (base, maxWait, giveUpAfter time.Duration, err error) {
+	if base, err = envconfig.Duration(getenv, "RETRY_BASE", RetryBaseDefault); err != nil {
+		return 0, 0, 0, err
+	}
+	if maxWait, err = envconfig.Duration(getenv, "RETRY_MAX", RetryMaxDefault); err != nil {
+		return 0, 0, 0, err
+	}
+	if maxWait < base {
+		return 0, 0, 0, fmt.Errorf("RETRY_MAX: %s is less than RETRY_BASE %s", maxWait, base)
+	}
+	if giveUpAfter, err = envconfig.Duration(getenv, "GIVE_UP_AFTER", GiveUpAfterDefault); err != nil {
+		return 0, 0, 0, err
+	}
+	return base, maxWait, giveUpAfter, nil
 }

@@ -260,21 +260,23 @@ func (s *Store) TakeOver(ctx context.Context, q DBTX, rec Record) (*Lease, error
 // moment ago is skipped rather than taken twice. The takeover itself is the
 // same fenced bump of lock_version as TakeOver's.
 const takeOverExpiredSQL = `
-WITH due AS (
-    SELECT tenant_id, key, created_at
-      FROM idempotency_keys
-     WHERE state = 'started'
-       AND ` + dueAtExpr + ` <= phasepay_now()
-     ORDER BY ` + dueAtExpr + `
-     LIMIT $1
-       FOR UPDATE SKIP LOCKED
-)
+WITH due AS (` + dueKeysSQL + `)
 UPDATE idempotency_keys k
    SET lock_version = k.lock_version + 1,
        locked_until = phasepay_now() + $2 * interval '1 microsecond'
   FROM due
  WHERE k.tenant_id = due.tenant_id AND k.key = due.key AND k.created_at = due.created_at
 RETURNING false, ` + qualifiedRecordColumns
+
+// dueKeysSQL picks up to $1 due keys, oldest due first.
+const dueKeysSQL = `
+    SELECT tenant_id, key, created_at
+      FROM idempotency_keys
+     WHERE state = 'started'
+       AND ` + dueAtExpr + ` <= phasepay_now()
+     ORDER BY ` + dueAtExpr + `
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED`
 
 // dueAtExpr is when a started key may next be taken over: once its lease
 // has run out and its next attempt is due. It is the expression of the

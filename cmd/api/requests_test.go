@@ -1,0 +1,298 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/internal/psp"
+)
+
+// How requests that do not finish by themselves are seen and settled: the
+// tenant's view of its keys (GET /v1/idempotency_keys) and the operator's
+// commands (`api requests …`).
+
+// cli runs the api command line against the bundle's database and PSP.
+func (b *testBundle) cli(t *testing.T, pspURL string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	env := map[string]string{"DATABASE_URL": b.dbURL, "PSP_URL": pspURL, "USER": "tester"}
+	var out, errOut bytes.Buffer
+	code = run(args, func(k string) string { return env[k] }, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+type keyDoc struct {
+	Object         string  `json:"object"`
+	Key            string  `json:"key"`
+	Endpoint       string  `json:"endpoint"`
+	State          string  `json:"state"`
+	RecoveryPoint  string  `json:"recovery_point"`
+	Attempts       int     `json:"attempts"`
+	NextAttemptAt  *string `json:"next_attempt_at"`
+	LastError      *string `json:"last_error"`
+	ResponseStatus *int    `json:"response_status"`
+	ObjectID       *string `json:"object_id"`
+	CompletedAt    *string `json:"completed_at"`
+}
+
+func (b *testBundle) getKey(t *testing.T, key string) (int, keyDoc) {
+	t.Helper()
+	status, _, body := b.do(t, http.MethodGet, "/v1/idempotency_keys/"+url.PathEscape(key), nil, nil)
+	var doc keyDoc
+	if status == http.StatusOK {
+		require.NoError(t, json.Unmarshal(body, &doc))
+	}
+	return status, doc
+}
+
+// waitRetryAfter sleeps out a 503's Retry-After, as a client must.
+func waitRetryAfter(t *testing.T, r response) {
+	t.Helper()
+	secs, err := strconv.Atoi(r.header.Get("Retry-After"))
+	require.NoError(t, err)
+	time.Sleep(time.Duration(secs)*time.Second + 100*time.Millisecond)
+}
+
+// A PSP outage answers 503 with the time the key's next attempt is due; a
+// retry before then is told the same and calls nobody; a retry after it
+// resumes the same charge.
+func TestPSPOutageAnswersRetryAfterUntilDue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const key = "outage-1"
+
+	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
+	first := b.post(t, key, visaBody)
+	p := requireProblem(t, first, http.StatusServiceUnavailable, "psp_unavailable")
+	requireRetryAfter(t, first)
+	require.NotEmpty(t, p.Charge, "the 503 names the charge that exists")
+
+	status, doc := b.getKey(t, key)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, keyDoc{Object: "idempotency_key", Key: key, Endpoint: "POST /v1/charges", State: "unfinished",
+		RecoveryPoint: "charge_created", Attempts: 1, NextAttemptAt: doc.NextAttemptAt, LastError: doc.LastError,
+		ObjectID: &p.Charge}, doc)
+	require.NotNil(t, doc.NextAttemptAt)
+	require.NotNil(t, doc.LastError)
+
+	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	requests := len(b.psp.Requests())
+	early := b.post(t, key, visaBody)
+	ep := requireProblem(t, early, http.StatusServiceUnavailable, "psp_unavailable")
+	requireRetryAfter(t, early)
+	require.Equal(t, p.Charge, ep.Charge)
+	require.Len(t, b.psp.Requests(), requests, "not due: the PSP is not called")
+
+	waitRetryAfter(t, early)
+	done := b.post(t, key, visaBody)
+	require.Equal(t, http.StatusCreated, done.status, "body: %s", done.body)
+	require.Equal(t, p.Charge, decodeCharge(t, done.body).ID)
+	require.Len(t, b.psp.Authorizations(), 1)
+
+	status, doc = b.getKey(t, key)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "completed", doc.State)
+	require.Equal(t, http.StatusCreated, *doc.ResponseStatus)
+	require.NotNil(t, doc.CompletedAt)
+}
+
+// The tenant lists its keys newest first, by state, a page at a time; it
+// never sees another tenant's keys.
+func TestTenantListsItsKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range 5 {
+		r := b.post(t, "list-"+strconv.Itoa(i), visaBody)
+		require.Equal(t, http.StatusCreated, r.status)
+	}
+	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
+	requireProblem(t, b.post(t, "list-outage", visaBody), http.StatusServiceUnavailable, "psp_unavailable")
+
+	type page struct {
+		Object  string   `json:"object"`
+		Data    []keyDoc `json:"data"`
+		HasMore bool     `json:"has_more"`
+		URL     string   `json:"url"`
+	}
+	get := func(query string) page {
+		status, _, body := b.do(t, http.MethodGet, "/v1/idempotency_keys"+query, nil, nil)
+		require.Equal(t, http.StatusOK, status, "body: %s", body)
+		var p page
+		require.NoError(t, json.Unmarshal(body, &p))
+		require.Equal(t, "list", p.Object)
+		require.Equal(t, "/v1/idempotency_keys", p.URL)
+		return p
+	}
+	var seen []string
+	after := ""
+	for {
+		q := "?limit=2"
+		if after != "" {
+			q += "&starting_after=" + url.QueryEscape(after)
+		}
+		p := get(q)
+		for _, d := range p.Data {
+			seen = append(seen, d.Key)
+		}
+		if !p.HasMore {
+			break
+		}
+		after = p.Data[len(p.Data)-1].Key
+	}
+	require.Equal(t, []string{"list-outage", "list-4", "list-3", "list-2", "list-1", "list-0"}, seen, "newest first, no gaps, no repeats")
+
+	// A key may hold any visible ASCII, '/' included: its path is
+	// percent-encoded. (Unchecked: the OpenAPI router matches decoded paths.)
+	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	require.Equal(t, http.StatusCreated, b.post(t, "order/7?x=1", visaBody).status)
+	status, _, body := b.doUnchecked(t, http.MethodGet, "/v1/idempotency_keys/"+url.PathEscape("order/7?x=1"), nil, nil)
+	require.Equal(t, http.StatusOK, status, "body: %s", body)
+	require.Contains(t, string(body), `"key":"order/7?x=1"`)
+
+	unfinished := get("?state=unfinished")
+	require.Len(t, unfinished.Data, 1)
+	require.Equal(t, "list-outage", unfinished.Data[0].Key)
+	require.Len(t, get("?state=completed&limit=100").Data, 6)
+	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+
+	status, _, body = b.do(t, http.MethodGet, "/v1/idempotency_keys?state=bogus", nil, nil)
+	require.Equal(t, http.StatusBadRequest, status, "body: %s", body)
+	status, _, _ = b.do(t, http.MethodGet, "/v1/idempotency_keys?limit=101", nil, nil)
+	require.Equal(t, http.StatusBadRequest, status)
+
+	_, otherKey := newTenantKey(t, b.pool, "other")
+	status, _, body = b.do(t, http.MethodGet, "/v1/idempotency_keys/list-0", map[string]string{"Authorization": "Bearer " + otherKey}, nil)
+	require.Equal(t, http.StatusNotFound, status, "another tenant's key is not found: %s", body)
+	status, _, body = b.do(t, http.MethodGet, "/v1/idempotency_keys", map[string]string{"Authorization": "Bearer " + otherKey}, nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, string(body), `"data":[]`)
+}
+
+// TestGiveUpMovesToNeedsAttentionAndOperatorResolves: a request that stays
+// unresolved past GIVE_UP_AFTER needs an operator: clients are told so (503
+// payment_unresolved) and nothing is sent; the operator lists it, sees it,
+// cannot settle it against the PSP's books, settles it as the PSP says, and
+// the client's retry then replays the settled answer.
+func TestGiveUpMovesToNeedsAttentionAndOperatorResolves(t *testing.T) {
+	t.Parallel()
+	var m *Main
+	b := setup(t, func(mm *Main) { m = mm; mm.Config.GiveUpAfter = time.Millisecond })
+	pspURL := m.MockPSPURL()
+	const key = "stuck-1"
+
+	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
+	first := b.post(t, key, visaBody)
+	requireProblem(t, first, http.StatusServiceUnavailable, "payment_unresolved")
+	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	requests := len(b.psp.Requests())
+	again := b.post(t, key, visaBody)
+	requireProblem(t, again, http.StatusServiceUnavailable, "payment_unresolved")
+	require.Len(t, b.psp.Requests(), requests, "needs_attention: the PSP is not called")
+	_, doc := b.getKey(t, key)
+	require.Equal(t, "needs_attention", doc.State)
+
+	code, out, errOut := b.cli(t, pspURL, "requests", "list", "--state", "needs_attention", "--json")
+	require.Zero(t, code, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 1)
+	var listed map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &listed))
+	require.Equal(t, "acme", listed["tenant"])
+	require.Equal(t, key, listed["key"])
+	require.Equal(t, "POST /v1/charges", listed["endpoint"])
+	require.Equal(t, "needs_attention", listed["state"])
+	require.Equal(t, "charge_created", listed["recovery_point"])
+	require.EqualValues(t, 1, listed["attempts"])
+	require.NotEmpty(t, listed["last_error"])
+	for _, k := range []string{"next_attempt_at", "created_at"} {
+		require.Contains(t, listed, k)
+	}
+	code, out, _ = b.cli(t, pspURL, "requests", "list", "--state", "done")
+	require.Zero(t, code)
+	require.NotContains(t, out, key)
+
+	// The PSP holds no authorization: succeeded contradicts it.
+	code, _, errOut = b.cli(t, pspURL, "requests", "resolve", "acme", key, "--as", "succeeded", "--reason", "customer says paid")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "contradicts")
+	require.Equal(t, 1, len(strings.Split(strings.TrimSpace(errOut), "\n")), "one line: %q", errOut)
+	_, doc = b.getKey(t, key)
+	require.Equal(t, "needs_attention", doc.State, "a refused resolution changes nothing")
+
+	code, out, errOut = b.cli(t, pspURL, "requests", "resolve", "acme", key, "--as", "failed", "--reason", "PSP outage, checked with PSP support", "--by", "ops-jane")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "resolved as failed")
+
+	replay := b.post(t, key, visaBody)
+	p := requireProblem(t, replay, http.StatusPaymentRequired, "payment_failed")
+	require.Contains(t, p.Detail, "PSP outage, checked with PSP support")
+	require.Equal(t, "true", replay.header.Get("Idempotent-Replayed"))
+	status, _, body := b.do(t, http.MethodGet, "/v1/charges/"+p.Charge, nil, nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "failed", decodeCharge(t, body).Status)
+	require.Empty(t, b.psp.Authorizations())
+
+	code, out, errOut = b.cli(t, pspURL, "requests", "show", "acme", key, "--json")
+	require.Zero(t, code, errOut)
+	var shown struct {
+		State       string          `json:"state"`
+		Response    json.RawMessage `json:"response"`
+		Charge      json.RawMessage `json:"charge"`
+		Resolutions []struct {
+			As, Reason, By string
+			Forced         bool
+			PSPSaid        *string `json:"psp_said"`
+		} `json:"resolutions"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &shown))
+	require.Equal(t, "done", shown.State)
+	require.Contains(t, string(shown.Response), "payment_failed")
+	require.Contains(t, string(shown.Charge), p.Charge)
+	require.Len(t, shown.Resolutions, 1)
+	require.Equal(t, "failed", shown.Resolutions[0].As)
+	require.Equal(t, "ops-jane", shown.Resolutions[0].By)
+	require.False(t, shown.Resolutions[0].Forced)
+	require.NotNil(t, shown.Resolutions[0].PSPSaid)
+
+	code, _, errOut = b.cli(t, pspURL, "requests", "resolve", "acme", key, "--as", "failed", "--reason", "again")
+	require.Equal(t, 1, code, "a finished request cannot be resolved again")
+	require.Contains(t, errOut, "does not need attention")
+}
+
+// An operator's retry makes one more attempt of a needs_attention request
+// due at once; with the PSP back, the client's retry then finishes it.
+func TestOperatorRetryMakesNextAttemptDue(t *testing.T) {
+	t.Parallel()
+	var m *Main
+	b := setup(t, func(mm *Main) { m = mm; mm.Config.GiveUpAfter = time.Millisecond })
+	const key = "stuck-2"
+	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
+	requireProblem(t, b.post(t, key, visaBody), http.StatusServiceUnavailable, "payment_unresolved")
+	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+
+	code, out, errOut := b.cli(t, m.MockPSPURL(), "requests", "retry", "acme", key)
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "due now")
+	done := b.post(t, key, visaBody)
+	require.Equal(t, http.StatusCreated, done.status, "body: %s", done.body)
+	require.Len(t, b.psp.Authorizations(), 1)
+
+	code, _, errOut = b.cli(t, m.MockPSPURL(), "requests", "retry", "acme", key)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "finished")
+	code, _, errOut = b.cli(t, m.MockPSPURL(), "requests", "retry", "acme", "no-such-key")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "not found")
+	code, _, _ = b.cli(t, m.MockPSPURL(), "requests", "retry", "no-such-tenant", key)
+	require.Equal(t, 1, code)
+	scanner := bufio.NewScanner(strings.NewReader(errOut))
+	require.True(t, scanner.Scan())
+}

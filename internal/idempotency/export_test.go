@@ -1,0 +1,7 @@
+package idempotency
+
+import "strings"
+
+// DueKeysSQLForTest is the reaper's pick of due keys (a batch of 20), for
+// the plan test.
+var DueKeysSQLForTest = strings.Replace(dueKeysSQL, "$1", "20", 1)
