@@ -1,5 +1,5 @@
 // Package api holds the OpenAPI document of the charges HTTP API served by
-// bin/api. The document is the machine-readable twin of shared/CONTRACT.md:
+// bin/api. The document is the machine-readable twin of docs/api.md:
 // handlers are written against it and black-box tests check real exchanges
 // against it (see package apitest).
 package api

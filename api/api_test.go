@@ -36,8 +36,8 @@ func TestLoadReturnsFreshDocument(t *testing.T) {
 }
 
 // TestContractOperationsDocumented lists every operation and status of the
-// contract (shared/CONTRACT.md), so the document can neither lose one nor
-// grow one unnoticed.
+// API (docs/api.md), so the document can neither lose one nor grow one
+// unnoticed.
 func TestContractOperationsDocumented(t *testing.T) {
 	t.Parallel()
 
@@ -50,11 +50,13 @@ func TestContractOperationsDocumented(t *testing.T) {
 		authed       bool
 	}
 	want := []operation{
-		{"POST", "/v1/charges", []int{201, 400, 401, 402, 409, 413, 422, 500, 503}, true},
-		{"GET", "/v1/charges/{id}", []int{200, 401, 404, 500}, true},
-		{"GET", "/healthz", []int{200}, false},
-		{"GET", "/readyz", []int{200, 503}, false},
-		{"GET", "/metrics", []int{200}, false},
+		{"POST", "/v1/charges", []int{201, 400, 401, 402, 405, 409, 413, 415, 422, 500, 503}, true},
+		{"GET", "/v1/charges/{id}", []int{200, 401, 404, 405, 500, 503}, true},
+		{"GET", "/v1/idempotency_keys", []int{200, 400, 401, 404, 405, 500, 503}, true},
+		{"GET", "/v1/idempotency_keys/{key}", []int{200, 401, 404, 405, 500, 503}, true},
+		{"GET", "/healthz", []int{200, 405}, false},
+		{"GET", "/readyz", []int{200, 405, 503}, false},
+		{"GET", "/metrics", []int{200, 405}, false},
 	}
 
 	var wantOps, gotOps []string

@@ -90,7 +90,85 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, resp *http.Response
 		return fmt.Errorf("check %s %s -> %d: response does not conform to openapi.yaml: %w",
 			req.Method, req.URL.Path, resp.StatusCode, err)
 	}
+	if err := checkProblemCode(route.Operation, resp.StatusCode, resp.Header, respBody); err != nil {
+		return fmt.Errorf("check %s %s -> %d: %w", req.Method, req.URL.Path, resp.StatusCode, err)
+	}
 	return nil
+}
+
+// checkProblemCode holds the service to the problem codes the document
+// lists for a response. The document publishes codes as an open set
+// (x-extensible-enum, not enum), so that clients accept codes added later;
+// the service of this version, though, must send only the codes it lists,
+// and only under the status that lists them.
+func checkProblemCode(op *openapi3.Operation, status int, h http.Header, body []byte) error {
+	if status < 400 || !strings.HasPrefix(h.Get("Content-Type"), "application/problem+json") {
+		return nil
+	}
+	ref := op.Responses.Status(status)
+	if ref == nil || ref.Value == nil {
+		return nil // ValidateResponse reported it
+	}
+	mt := ref.Value.Content.Get("application/problem+json")
+	if mt == nil || mt.Schema == nil || mt.Schema.Value == nil {
+		return nil
+	}
+	known := extensibleEnum(mt.Schema.Value)
+	var p struct {
+		Code string `json:"code"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		return fmt.Errorf("problem body: %w", err)
+	}
+	if len(known) == 0 {
+		return fmt.Errorf("problem code %q: the document lists no codes for this response", p.Code)
+	}
+	for _, c := range known {
+		if c == p.Code {
+			return nil
+		}
+	}
+	return fmt.Errorf("problem code %q is not among the codes openapi.yaml lists for this response %v", p.Code, known)
+}
+
+// extensibleEnum returns the x-extensible-enum of the schema's code
+// member: that of a narrowing allOf part where there is one, else that of
+// the Problem schema itself.
+func extensibleEnum(s *openapi3.Schema) []string {
+	var narrowed, base []string
+	for _, part := range s.AllOf {
+		if part.Value == nil {
+			continue
+		}
+		codes := codeEnum(part.Value)
+		if part.Ref != "" {
+			base = append(base, codes...)
+		} else {
+			narrowed = append(narrowed, codes...)
+		}
+	}
+	if own := codeEnum(s); len(own) > 0 {
+		base = append(base, own...)
+	}
+	if len(narrowed) > 0 {
+		return narrowed
+	}
+	return base
+}
+
+func codeEnum(s *openapi3.Schema) []string {
+	code := s.Properties["code"]
+	if code == nil || code.Value == nil {
+		return nil
+	}
+	list, _ := code.Value.Extensions["x-extensible-enum"].([]any)
+	out := make([]string, 0, len(list))
+	for _, v := range list {
+		if c, ok := v.(string); ok {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // CheckRequest validates a request, body included, against its documented
