@@ -11,8 +11,8 @@ import (
 )
 
 // ListenerStartTimeout bounds how long Run waits for the revocation
-// listener's first LISTEN before serving anyway. Until it listens the key
-// cache is off, so serving early is safe, only slower.
+// listener's first attempt to LISTEN before serving anyway. Until it
+// listens the key cache is off, so serving early is safe, only slower.
 const ListenerStartTimeout = 5 * time.Second
 
 // listenerConnectTimeout bounds one connection attempt of the listener.
@@ -20,9 +20,10 @@ const listenerConnectTimeout = 10 * time.Second
 
 // startRevocationListener returns the API's Authenticator, kept true to
 // revocations by a RevocationListener on a connection of its own to the
-// pool's database, and the function that stops the listener. It waits (up
-// to ListenerStartTimeout) for the listener to listen, so that the cache
-// is in use from the first request.
+// pool's database, and the function that stops the listener. It waits for
+// the listener's first attempt (up to ListenerStartTimeout), so that the
+// cache is in use from the first request; if that attempt fails (the
+// database is away at start) the api serves and the listener keeps trying.
 func (m *Main) startRevocationListener(ctx context.Context, pool *pgxpool.Pool) (*tenants.Authenticator, func(), error) {
 	auth := tenants.NewAuthenticator(pool, tenants.CacheTTLDefault)
 	base := pool.Config().ConnConfig

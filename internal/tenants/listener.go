@@ -67,10 +67,13 @@ type RevocationListener struct {
 	auth *Authenticator
 	log  *slog.Logger
 
-	mu        sync.Mutex
-	cancel    context.CancelFunc
-	done      chan struct{}
-	listening chan struct{} // closed at the first LISTEN
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+	// firstTry is closed when the first attempt to listen has listened
+	// or failed; firstErr is its failure.
+	firstTry chan struct{}
+	firstErr error
 }
 
 // NewRevocationListener returns a listener for auth; Start runs it.
@@ -84,7 +87,7 @@ func NewRevocationListener(auth *Authenticator, cfg RevocationListenerConfig) (*
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &RevocationListener{cfg: cfg, auth: auth, log: cfg.Logger, listening: make(chan struct{})}, nil
+	return &RevocationListener{cfg: cfg, auth: auth, log: cfg.Logger, firstTry: make(chan struct{})}, nil
 }
 
 // Start turns the Authenticator's cache off until the listener listens,
@@ -116,11 +119,17 @@ func (l *RevocationListener) Stop() {
 	<-done
 }
 
-// WaitListening waits until the listener has listened once (the cache is in
-// use from then on, unless the connection is lost again), or ctx ends.
+// WaitListening waits for the listener's first attempt to listen and
+// returns its failure: nil means it listens (and the cache is in use from
+// then on, unless the connection is lost again). It does not wait for the
+// retries after a failure, so a process that starts while the database is
+// away is not held up by them.
 func (l *RevocationListener) WaitListening(ctx context.Context) error {
 	select {
-	case <-l.listening:
+	case <-l.firstTry:
+		if l.firstErr != nil {
+			return fmt.Errorf("revocation listener: not listening yet: %w", l.firstErr)
+		}
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("revocation listener: not listening yet: %w", context.Cause(ctx))
@@ -130,10 +139,16 @@ func (l *RevocationListener) WaitListening(ctx context.Context) error {
 func (l *RevocationListener) run(ctx context.Context) {
 	defer close(l.done)
 	var once sync.Once
-	listened := func() { once.Do(func() { close(l.listening) }) }
+	firstTried := func(err error) {
+		once.Do(func() {
+			l.firstErr = err
+			close(l.firstTry)
+		})
+	}
 	backoff := l.cfg.MinBackoff
 	for {
-		up, err := l.listen(ctx, listened)
+		up, err := l.listen(ctx, func() { firstTried(nil) })
+		firstTried(err)
 		l.auth.forgetAll(true)
 		if ctx.Err() != nil {
 			return

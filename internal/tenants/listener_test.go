@@ -2,6 +2,7 @@ package tenants_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -162,4 +163,35 @@ func TestRevocationListenerSurvivesQuietPeriods(t *testing.T) {
 	require.NoError(t, err)
 	b.requireRefusedWithin(t, secret, time.Second)
 	require.EqualValues(t, 1, b.connects.Load(), "no reconnection")
+}
+
+// TestRevocationListenerStartsWithoutDatabase: when the first attempt to
+// listen fails (the database is away at start), WaitListening says so at
+// once rather than holding the process up, the cache stays off, and the
+// listener keeps trying until it listens.
+func TestRevocationListenerStartsWithoutDatabase(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	pool := testdb.Pool(t, url, time.Time{})
+	auth := tenants.NewAuthenticator(pool, time.Minute)
+	var attempts atomic.Int64
+	l, err := tenants.NewRevocationListener(auth, tenants.RevocationListenerConfig{
+		MinBackoff: 10 * time.Millisecond,
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			if attempts.Add(1) <= 3 {
+				return nil, errors.New("connection refused (test)")
+			}
+			return pgx.Connect(ctx, url)
+		},
+	})
+	require.NoError(t, err)
+	require.NoError(t, l.Start(context.Background()))
+	t.Cleanup(l.Stop)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.ErrorContains(t, l.WaitListening(ctx), "connection refused (test)")
+	require.NoError(t, ctx.Err(), "WaitListening returns with the first failure")
+	require.Eventually(t, auth.Caching, 10*time.Second, time.Millisecond, "the listener must keep trying")
+	require.GreaterOrEqual(t, attempts.Load(), int64(4))
 }
