@@ -12,7 +12,7 @@ import (
 
 // AuthorizeOutcome is one attempt, as the state machine counts attempts, to
 // get req authorized: the service's "own quick retries and lookups" of the
-// contract, bounded by MaxAttempts sends and ctx. Its rule:
+// contract, bounded by MaxAttempts sends and ctx. Its rule (settle):
 //
 //  1. Unless req.FirstSend, look the reference up first: an earlier attempt
 //     may have reached the PSP under a key it has since forgotten.
@@ -52,10 +52,59 @@ func (c *Client) AuthorizeOutcome(ctx context.Context, req AuthorizeRequest) (Ou
 	if err != nil {
 		return Outcome{}, fmt.Errorf("authorize %s: encode request: %w", req.IdempotencyKey, err)
 	}
-	fail := func(out Outcome, err error) (Outcome, error) {
-		return out, fmt.Errorf("authorize %s: after %d sends and %d lookups: %w", req.IdempotencyKey, out.Sent, out.Lookups, err)
+	out, err := c.settle(ctx, req.FirstSend,
+		func(ctx context.Context) (Outcome, error) { return c.send(ctx, req, body) },
+		func(ctx context.Context) (Outcome, bool, error) {
+			list, err := c.Lookup(ctx, req.Reference)
+			if err != nil || len(list) == 0 {
+				return Outcome{}, false, err
+			}
+			found := pickAuthorization(list)
+			return Outcome{Class: Classify(200, found.Status, nil), Authorization: found}, true, nil
+		})
+	if err != nil {
+		return out, fmt.Errorf("authorize %s: %w", req.IdempotencyKey, err)
 	}
+	return out, nil
+}
 
+// Authorize is AuthorizeOutcome for callers that want an authorization or
+// an error: a success or a decline comes back as the Authorization
+// (Status says which); every other class as its error (ErrRejected,
+// ErrBusy, ErrUnavailable), or context.Canceled.
+func (c *Client) Authorize(ctx context.Context, req AuthorizeRequest) (Authorization, error) {
+	out, err := c.AuthorizeOutcome(ctx, req)
+	if err != nil {
+		return Authorization{}, err
+	}
+	return out.Authorization, nil
+}
+
+// pickAuthorization picks the authorization to record among those a lookup
+// found: the first authorized one, else the first (a decline).
+func pickAuthorization(list []Authorization) Authorization {
+	for _, a := range list {
+		if a.Status == StatusAuthorized {
+			return a
+		}
+	}
+	return list[0]
+}
+
+// settle applies the contract's rule for one attempt of one operation (see
+// AuthorizeOutcome) to send, which sends the operation once and classifies
+// the answer, and look, which looks it up by reference and reports whether
+// it was found, with its outcome. The error is not yet wrapped with the
+// operation's name.
+func (c *Client) settle(
+	ctx context.Context,
+	firstSend bool,
+	send func(context.Context) (Outcome, error),
+	look func(context.Context) (Outcome, bool, error),
+) (Outcome, error) {
+	fail := func(out Outcome, err error) (Outcome, error) {
+		return out, fmt.Errorf("after %d sends and %d lookups: %w", out.Sent, out.Lookups, err)
+	}
 	pauses := &backoff.ExponentialBackOff{
 		InitialInterval:     c.cfg.InitialBackoff,
 		RandomizationFactor: 0.5,
@@ -70,13 +119,13 @@ func (c *Client) AuthorizeOutcome(ctx context.Context, req AuthorizeRequest) (Ou
 		sent    int
 		lookups int
 	)
-	lookFirst := !req.FirstSend
+	lookFirst := !firstSend
 	for {
 		if lookFirst {
-			found, ok, err := c.lookupOne(ctx, req.Reference)
+			found, ok, err := look(ctx)
 			lookups++
 			if err != nil {
-				out.Class, out.Authorization, out.Reason = ClassUnknown, Authorization{}, err.Error()
+				out.Class, out.Authorization, out.Operation, out.Reason = ClassUnknown, Authorization{}, Operation{}, err.Error()
 				out.Sent, out.Lookups = sent, lookups
 				if lastErr != nil && !errors.Is(err, context.Canceled) {
 					// Keep what the send saw; the class is the lookup's.
@@ -85,9 +134,9 @@ func (c *Client) AuthorizeOutcome(ctx context.Context, req AuthorizeRequest) (Ou
 				return fail(out, err)
 			}
 			if ok {
-				out = Outcome{Class: Classify(200, found.Status, nil), Authorization: found, StatusCode: 200, FoundByLookup: true}
-				out.Sent, out.Lookups = sent, lookups
-				return out, nil
+				found.StatusCode, found.FoundByLookup = 200, true
+				found.Sent, found.Lookups = sent, lookups
+				return found, nil
 			}
 		}
 		if sent == c.cfg.MaxAttempts {
@@ -97,7 +146,7 @@ func (c *Client) AuthorizeOutcome(ctx context.Context, req AuthorizeRequest) (Ou
 			return fail(out, fmt.Errorf("not found by lookup: %w", lastErr))
 		}
 
-		out, lastErr = c.send(ctx, req, body)
+		out, lastErr = send(ctx)
 		sent++
 		out.Sent, out.Lookups = sent, lookups
 		var pause time.Duration
@@ -129,33 +178,6 @@ func (c *Client) AuthorizeOutcome(ctx context.Context, req AuthorizeRequest) (Ou
 			return fail(out, fmt.Errorf("%w: %w", lastErr, err))
 		}
 	}
-}
-
-// Authorize is AuthorizeOutcome for callers that want an authorization or
-// an error: a success or a decline comes back as the Authorization
-// (Status says which); every other class as its error (ErrRejected,
-// ErrBusy, ErrUnavailable), or context.Canceled.
-func (c *Client) Authorize(ctx context.Context, req AuthorizeRequest) (Authorization, error) {
-	out, err := c.AuthorizeOutcome(ctx, req)
-	if err != nil {
-		return Authorization{}, err
-	}
-	return out.Authorization, nil
-}
-
-// lookupOne looks reference up and picks the authorization to record: the
-// first authorized one, else the first (a decline).
-func (c *Client) lookupOne(ctx context.Context, reference string) (Authorization, bool, error) {
-	list, err := c.Lookup(ctx, reference)
-	if err != nil || len(list) == 0 {
-		return Authorization{}, false, err
-	}
-	for _, a := range list {
-		if a.Status == StatusAuthorized {
-			return a, true, nil
-		}
-	}
-	return list[0], true, nil
 }
 
 // sleep pauses for d unless ctx ends first, and then says why it ended.

@@ -122,9 +122,13 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 type Outcome struct {
 	// Class decides what the caller does; see Class.
 	Class Class
-	// Authorization is the PSP's result: set for ClassSuccess and for a
-	// decline (ClassFinalFailure with Declined() true), zero otherwise.
+	// Authorization is the PSP's result of an authorization: set for
+	// ClassSuccess and for a decline (ClassFinalFailure with Declined()
+	// true), zero otherwise.
 	Authorization Authorization
+	// Operation is the PSP's result of a capture, void or refund: set for
+	// ClassSuccess, zero otherwise.
+	Operation Operation
 	// StatusCode is the HTTP status of the last answer the PSP gave for the
 	// operation, 0 if none arrived.
 	StatusCode int

@@ -76,9 +76,12 @@ type ClientConfig struct {
 // request and classify its answer: the primitives. AuthorizeOutcome
 // composes them into the contract's rule for one attempt of the state
 // machine (look up before resending), and Authorize is AuthorizeOutcome
-// for callers that want only an authorization or an error.
+// for callers that want only an authorization or an error. Captures, voids
+// and refunds have the same pair: OperateOnce and LookupOperations, and
+// OperateOutcome over the same rule (client_operations.go).
 type Client struct {
 	cfg      ClientConfig
+	base     *url.URL
 	endpoint string // {BaseURL}/v1/authorizations
 }
 
@@ -113,7 +116,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = NewHTTPClient(defaultTransport)
 	}
-	return &Client{cfg: cfg, endpoint: base.JoinPath("v1", "authorizations").String()}, nil
+	return &Client{cfg: cfg, base: base, endpoint: base.JoinPath("v1", "authorizations").String()}, nil
 }
 
 // NewHTTPClient returns an http.Client for PSP requests on rt, which
@@ -160,25 +163,7 @@ func (c *Client) send(ctx context.Context, req AuthorizeRequest, body []byte) (O
 		result = out.Authorization.Status
 	}
 	out.Class = Classify(ans.status, result, ans.err)
-	switch out.Class {
-	case ClassSuccess:
-		return out, nil
-	case ClassFinalFailure:
-		if out.Declined() {
-			return out, nil
-		}
-		out.Reason = reason(ans.body)
-		return out, fmt.Errorf("%w: status %d: %s", ErrRejected, ans.status, out.Reason)
-	case ClassBusy:
-		out.RetryAfter = ans.retryAfter
-		out.Reason = reason(ans.body)
-		return out, fmt.Errorf("%w: status %d: %s", ErrBusy, ans.status, out.Reason)
-	default:
-		out.Authorization = Authorization{}
-		err := ans.unknown(ctx)
-		out.Reason = err.Error()
-		return out, err
-	}
+	return finishOutcome(ctx, out, ans)
 }
 
 // Lookup asks the PSP for every authorization it made for reference (a
@@ -191,29 +176,42 @@ func (c *Client) send(ctx context.Context, req AuthorizeRequest, body []byte) (O
 // safe. Any failure wraps ErrUnavailable (the outcome stays unknown), or
 // context.Canceled when ctx was canceled.
 func (c *Client) Lookup(ctx context.Context, reference string) ([]Authorization, error) {
-	if reference == "" {
-		return nil, errors.New("lookup: reference is required")
+	var list []Authorization
+	if err := c.lookup(ctx, c.endpoint, reference, &list); err != nil {
+		return nil, err
 	}
-	u := c.endpoint + "?" + url.Values{"reference": {reference}}.Encode()
+	for _, a := range list {
+		if err := checkAuthorization(a, reference); err != nil {
+			return nil, fmt.Errorf("lookup %s: %w: %w", reference, ErrUnavailable, err)
+		}
+	}
+	return list, nil
+}
+
+// lookup makes one GET endpoint?reference= and decodes its {"data": [...]}
+// into list, a pointer to a slice; errors as Lookup's.
+func (c *Client) lookup(ctx context.Context, endpoint, reference string, list any) error {
+	if reference == "" {
+		return errors.New("lookup: reference is required")
+	}
+	u := endpoint + "?" + url.Values{"reference": {reference}}.Encode()
 	ans := c.do(ctx, http.MethodGet, u, "", nil)
 	if ans.err == nil && ans.status != http.StatusOK {
 		ans.err = fmt.Errorf("status %d: %s", ans.status, snippet(ans.body))
 	}
 	if ans.err != nil {
-		return nil, fmt.Errorf("lookup %s: %w", reference, ans.unknown(ctx))
+		return fmt.Errorf("lookup %s: %w", reference, ans.unknown(ctx))
 	}
-	var list struct {
-		Data []Authorization `json:"data"`
+	var page struct {
+		Data json.RawMessage `json:"data"`
 	}
-	if err := json.Unmarshal(ans.body, &list); err != nil || list.Data == nil {
-		return nil, fmt.Errorf("lookup %s: %w: %w: not a list: %s", reference, ErrUnavailable, errMalformed, snippet(ans.body))
+	if err := json.Unmarshal(ans.body, &page); err != nil || len(page.Data) == 0 || page.Data[0] != '[' {
+		return fmt.Errorf("lookup %s: %w: %w: not a list: %s", reference, ErrUnavailable, errMalformed, snippet(ans.body))
 	}
-	for _, a := range list.Data {
-		if err := checkAuthorization(a, reference); err != nil {
-			return nil, fmt.Errorf("lookup %s: %w: %w", reference, ErrUnavailable, err)
-		}
+	if err := json.Unmarshal(page.Data, list); err != nil {
+		return fmt.Errorf("lookup %s: %w: %w: %w", reference, ErrUnavailable, errMalformed, err)
 	}
-	return list.Data, nil
+	return nil
 }
 
 // answer is one HTTP exchange, before it is classified.
