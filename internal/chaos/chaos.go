@@ -132,6 +132,7 @@ type Summary struct {
 	DBDown         string         `json:"db_down_total"`
 	DBMaxRecovery  string         `json:"db_max_recovery"`
 	UnplannedExits int            `json:"unplanned_exits"`
+	FailedAttempts map[string]int `json:"client_failed_attempts"`
 	CrashPoints    map[string]int `json:"crash_points"`
 	Takeovers      int64          `json:"takeovers"`
 	PSPErrors      int            `json:"psp_errors_injected"`
@@ -320,7 +321,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			Params: client.ChargeParams{Amount: 100 + rnd.Int64N(100000), Currency: "usd", PaymentMethod: pm},
 		}}
 	}
-	var attempts atomic.Int64
+	var (
+		attempts  atomic.Int64
+		answersMu sync.Mutex
+		answers   = map[string]int{} // failed attempts by status and problem code
+	)
 	transport := &rotatingTransport{bases: bases, next: &atomic.Uint64{}, rt: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer transport.rt.CloseIdleConnections()
 	cl, err := client.New(client.Config{
@@ -332,7 +337,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		InitialBackoff: 50 * time.Millisecond,
 		MaxBackoff:     time.Second,
 		Rand:           rand.NewPCG(cfg.Seed, 1),
-		OnAttempt:      func(client.Intent, int, int, error) { attempts.Add(1) },
+		OnAttempt: func(_ client.Intent, _ int, status int, err error) {
+			attempts.Add(1)
+			if status >= 500 || status == 0 {
+				answersMu.Lock()
+				answers[answerClass(status, err)]++
+				answersMu.Unlock()
+			}
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -451,6 +463,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 
 	sum.Attempts = attempts.Load()
+	answersMu.Lock()
+	sum.FailedAttempts = answers
+	answersMu.Unlock()
 	for _, w := range workers {
 		w.mu.Lock()
 		sum.Restarts += w.restarts
@@ -597,6 +612,14 @@ func (s *Summary) Table() string {
 	row("  final: declined", s.Declined)
 	row("  without a final answer", s.Unfinished)
 	row("client attempts", s.Attempts)
+	classes := make([]string, 0, len(s.FailedAttempts))
+	for c := range s.FailedAttempts {
+		classes = append(classes, c)
+	}
+	sort.Strings(classes)
+	for _, c := range classes {
+		row("  "+c, s.FailedAttempts[c])
+	}
 	row("workers killed (SIGKILL)", s.Kills)
 	row("workers paused (SIGSTOP)", s.Pauses)
 	row("worker restarts", s.Restarts)
@@ -636,4 +659,18 @@ func (s *Summary) Line() string {
 		"%d kills, %d pauses, %d database restarts, %d unplanned exits, %d replays checked, %d violations, %s",
 		verdict, s.Seed, s.Authorized+s.Declined, s.Intents, s.Authorized, s.Declined, s.Authorizations,
 		s.Kills, s.Pauses, s.DBRestarts, s.UnplannedExits, s.Replays, len(s.Violations), s.Duration)
+}
+
+// answerClass names a failed attempt's answer for the summary: the status
+// and problem code ("503 database_unavailable"), or "no answer" (a killed,
+// frozen or unreachable worker).
+func answerClass(status int, err error) string {
+	if status == 0 {
+		return "no answer"
+	}
+	var apiErr *client.Error
+	if errors.As(err, &apiErr) && apiErr.Problem.Code != "" {
+		return fmt.Sprintf("%d %s", status, apiErr.Problem.Code)
+	}
+	return fmt.Sprint(status)
 }
