@@ -18,7 +18,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/phasepay/phasepay/internal/pgcluster"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/testdb"
+	"github.com/phasepay/phasepay/migrations"
 )
 
 // RevocationBound is the contract's: a revoked key is refused by every
@@ -185,6 +188,58 @@ SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND applicat
 	}, 10*time.Second, 10*time.Millisecond, "the listener must reconnect")
 	waitCaching(t, m)
 	_, other := newTenantKey(t, b.pool, "acme")
+	require.Equal(t, http.StatusNotFound, b.authStatus(t, other))
+	revokeSilently(t, b, b.keyID(t, other))
+	require.Equal(t, http.StatusNotFound, b.authStatus(t, other), "the cache is in use again")
+	revokeCLI(t, b, b.keyID(t, other))
+	requireRefusedWithin(t, time.Now(), RevocationBound, other, b)
+}
+
+// TestRevokedKeyIsRefusedAfterDatabaseRestart: PostgreSQL restarts under a
+// running api whose cache holds a key; the revocation listener's session is
+// gone and with it every notification sent before it is back. A key
+// revoked as soon as the server is up again is refused within the bound
+// all the same, and once the listener has reconnected revocations evict
+// again. On a server of the test's own: the shared one is never restarted.
+func TestRevokedKeyIsRefusedAfterDatabaseRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	v, err := validator()
+	require.NoError(t, err)
+	c := pgcluster.ForTest(t, pgcluster.Config{})
+	dbURL, err := c.CreateDatabase(ctx, "phasepay")
+	require.NoError(t, err)
+	require.NoError(t, migrations.UpURL(ctx, dbURL))
+	pool := testdb.Pool(t, dbURL, time.Time{})
+	_, key := newTenantKey(t, pool, "acme")
+	_, other := newTenantKey(t, pool, "acme")
+
+	// Any http URL: these requests never reach a PSP.
+	env := map[string]string{"DATABASE_URL": dbURL, "API_ADDR": "127.0.0.1:0", "PSP_URL": "http://127.0.0.1:1"}
+	cfg, err := ParseEnv(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	client := &http.Client{Transport: &http.Transport{}, Timeout: time.Minute}
+	t.Cleanup(client.CloseIdleConnections)
+	b, m := secondServer(t, &testBundle{dbURL: dbURL, pool: pool, client: client, validator: v}, cfg)
+	waitCaching(t, m)
+	require.Equal(t, http.StatusNotFound, b.authStatus(t, key))
+
+	require.NoError(t, c.Restart(ctx, time.Second))
+	revokeCLI(t, b, b.keyID(t, key))
+	start := time.Now()
+	for {
+		r, err := b.send(t.Context(), http.MethodGet, "/v1/charges/ch_doesnotexist", map[string]string{"Authorization": "Bearer " + key}, nil, false)
+		require.NoError(t, err)
+		if r.status == http.StatusUnauthorized {
+			break
+		}
+		require.NotEqual(t, http.StatusNotFound, r.status, "the revoked key is accepted after the restart")
+		require.Less(t, time.Since(start), RevocationBound, "status %d: %s", r.status, r.body)
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("refused %s after the revocation committed", time.Since(start))
+
+	waitCaching(t, m)
 	require.Equal(t, http.StatusNotFound, b.authStatus(t, other))
 	revokeSilently(t, b, b.keyID(t, other))
 	require.Equal(t, http.StatusNotFound, b.authStatus(t, other), "the cache is in use again")
