@@ -81,6 +81,9 @@ func NewRevocationListener(auth *Authenticator, cfg RevocationListenerConfig) (*
 	if cfg.Connect == nil {
 		return nil, errors.New("revocation listener: Connect is required")
 	}
+	if cfg.MinBackoff < 0 || cfg.MaxBackoff < 0 || cfg.HealthInterval < 0 {
+		return nil, errors.New("revocation listener: negative backoff or health interval")
+	}
 	cfg.MinBackoff = cmp.Or(cfg.MinBackoff, MinBackoffDefault)
 	cfg.MaxBackoff = max(cmp.Or(cfg.MaxBackoff, MaxBackoffDefault), cfg.MinBackoff)
 	cfg.HealthInterval = cmp.Or(cfg.HealthInterval, HealthIntervalDefault)
@@ -147,17 +150,20 @@ func (l *RevocationListener) run(ctx context.Context) {
 	}
 	backoff := l.cfg.MinBackoff
 	for {
+		began := time.Now()
 		up, err := l.listen(ctx, func() { firstTried(nil) })
 		firstTried(err)
 		l.auth.forgetAll(true)
 		if ctx.Err() != nil {
 			return
 		}
-		if up {
-			backoff = l.cfg.MinBackoff // a fresh loss, not a failing reconnect
+		if up && time.Since(began) > l.cfg.MaxBackoff {
+			// A fresh loss after a while of listening, not a connection
+			// that fails again as soon as it is made.
+			backoff = l.cfg.MinBackoff
 		}
-		// Full jitter, so that the api processes do not all reconnect at
-		// the same instant after a restart.
+		// Half the backoff at random, so that the api processes do not
+		// all reconnect at the same instant after a restart.
 		pause := backoff/2 + rand.N(backoff/2+1)
 		l.log.Warn("api key revocation listener: connection lost; key cache off until it is back",
 			"error", err.Error(), "retry_in", pause.String())
