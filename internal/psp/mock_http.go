@@ -56,7 +56,7 @@ func (b authorizeBody) validate() error {
 	case !strings.HasPrefix(b.PaymentMethod, "pm_") || len(b.PaymentMethod) == len("pm_"):
 		return fmt.Errorf("payment_method %q: must be a pm_... token", b.PaymentMethod)
 	case !strings.HasPrefix(b.Reference, "ch_") || len(b.Reference) == len("ch_"):
-		return fmt.Errorf("reference %q: must be a charge id, ch_...", b.Reference)
+		return fmt.Errorf("reference %q: must be a charge id, starting with ch_", b.Reference)
 	}
 	return nil
 }

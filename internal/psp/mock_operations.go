@@ -88,9 +88,9 @@ func parseOperation(w http.ResponseWriter, r *http.Request, key string, kind opK
 	case kind != opVoid && *raw.Amount <= 0:
 		return operationBody{}, "invalid_request", fmt.Errorf("amount %d: must be a positive integer", *raw.Amount)
 	case !strings.HasPrefix(body.Authorization, "auth_") || len(body.Authorization) == len("auth_"):
-		return operationBody{}, "invalid_request", fmt.Errorf("authorization %q: must be an authorization id, auth_...", body.Authorization)
+		return operationBody{}, "invalid_request", fmt.Errorf("authorization %q: must be an authorization id, starting with auth_", body.Authorization)
 	case !strings.HasPrefix(body.Reference, refPrefix) || len(body.Reference) == len(refPrefix):
-		return operationBody{}, "invalid_request", fmt.Errorf("reference %q: must be %s...", body.Reference, refPrefix)
+		return operationBody{}, "invalid_request", fmt.Errorf("reference %q: must start with %s", body.Reference, refPrefix)
 	}
 	if raw.Amount != nil {
 		body.Amount = *raw.Amount

@@ -200,9 +200,9 @@ func TestMockOperationLookupAndFaults(t *testing.T) {
 	}
 	require.Error(t, err, "captured, then the answer was dropped")
 	require.NoError(t, b.mock.SetFaults(Faults{RejectRate: 1, DropRate: 1}))
-	status, out := b.lookup(t, "ch_1")
+	status, _ := b.lookup(t, "ch_1")
 	require.Equal(t, http.StatusOK, status)
-	status, out = b.call(t, http.MethodGet, "/v1/captures?reference=ch_1", "", "")
+	status, out := b.call(t, http.MethodGet, "/v1/captures?reference=ch_1", "", "")
 	require.Equal(t, http.StatusOK, status, "drop and reject never hit lookups")
 	data := out["data"].([]any)
 	require.Len(t, data, 1)
