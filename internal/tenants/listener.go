@@ -25,6 +25,10 @@ const (
 	HealthIntervalDefault = 10 * time.Second
 )
 
+// pingTimeout bounds the health check of a quiet connection: a live server
+// answers it in milliseconds.
+const pingTimeout = 5 * time.Second
+
 // listenSQL subscribes the session to revocations (RevokeKey). It takes
 // effect when it returns: every revocation committed later is delivered.
 const listenSQL = `LISTEN ` + RevocationChannel
@@ -43,7 +47,8 @@ type RevocationListenerConfig struct {
 	// HealthInterval: after this long without a notification the listener
 	// pings its connection, so that a connection lost without the client
 	// noticing (a network partition, no RST) is found within about this
-	// long rather than after the kernel's TCP timeouts; until then the
+	// long (plus a 5 s ping timeout) rather than after the kernel's TCP
+	// timeouts; until then the
 	// cache's TTL bounds how long a revoked key works. Default
 	// HealthIntervalDefault.
 	HealthInterval time.Duration
@@ -212,7 +217,7 @@ func (l *RevocationListener) listen(ctx context.Context, listened func()) (up bo
 		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
 			// Quiet for HealthInterval: check the connection is alive. A
 			// timeout leaves a pgx connection usable.
-			pingCtx, cancel := context.WithTimeout(ctx, l.cfg.HealthInterval)
+			pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
 			err := conn.Ping(pingCtx)
 			cancel()
 			if err != nil {
