@@ -48,8 +48,8 @@ type RevocationListenerConfig struct {
 	// pings its connection, so that a connection lost without the client
 	// noticing (a network partition, no RST) is found within about this
 	// long (plus a 5 s ping timeout) rather than after the kernel's TCP
-	// timeouts; until then the
-	// cache's TTL bounds how long a revoked key works. Default
+	// timeouts; until then the cache's TTL bounds how long a revoked key
+	// works. Default
 	// HealthIntervalDefault.
 	HealthInterval time.Duration
 	// Logger receives connection losses (Warn) and reconnections (Info).
