@@ -49,8 +49,7 @@ type RevocationListenerConfig struct {
 	// noticing (a network partition, no RST) is found within about this
 	// long (plus a 5 s ping timeout) rather than after the kernel's TCP
 	// timeouts; until then the cache's TTL bounds how long a revoked key
-	// works. Default
-	// HealthIntervalDefault.
+	// works. Default HealthIntervalDefault.
 	HealthInterval time.Duration
 	// Logger receives connection losses (Warn) and reconnections (Info).
 	Logger *slog.Logger
