@@ -1,6 +1,6 @@
 package main
 
-// One test per row of the outcome table of CONTRACT.md ("POST /v1/charges"),
+// One test per row of the outcome table of docs/api.md ("Idempotent requests"),
 // then the other endpoints, all through real HTTP against Main running
 // in-process, every exchange checked against api/openapi.yaml.
 

@@ -1,6 +1,6 @@
 package main
 
-// Strict request bodies (CONTRACT.md, "The HTTP API in general"): each body
+// Strict request bodies (docs/api.md, "Basics"): each body
 // the decoder refuses answers 400 invalid_request and stores nothing, and
 // the fingerprint covers exactly the request that runs.
 

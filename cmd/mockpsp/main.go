@@ -1,4 +1,4 @@
-// Command mockpsp serves the mock payment service provider of CONTRACT.md
+// Command mockpsp serves the mock payment service provider of docs/api.md
 // ("The mock PSP") over HTTP, with its state in memory.
 //
 // Configuration is by environment variable: MOCKPSP_ADDR (default

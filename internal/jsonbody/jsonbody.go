@@ -1,6 +1,6 @@
 // Package jsonbody decodes HTTP request bodies strictly: it owns the syntax
-// rules every request body of the API obeys (CONTRACT.md, "The HTTP API in
-// general"), so that each operation only validates its own values.
+// rules every request body of the API obeys (docs/api.md,
+// "Basics"), so that each operation only validates its own values.
 //
 // encoding/json alone is too lenient for a body that is fingerprinted and
 // then executed: it matches member names case-insensitively and keeps the

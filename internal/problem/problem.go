@@ -15,7 +15,8 @@ const ContentType = "application/problem+json"
 // Title or Detail, which may be reworded.
 type Code string
 
-// The codes of the contract (../shared/CONTRACT.md) and api/openapi.yaml.
+// The codes, each explained in docs/api.md ("Errors") and listed in
+// api/openapi.yaml; go test ./docs/ keeps the three in step.
 const (
 	IdempotencyKeyMissing  Code = "idempotency_key_missing"
 	IdempotencyKeyInvalid  Code = "idempotency_key_invalid"

@@ -8,7 +8,7 @@ import (
 )
 
 // Class is what a PSP answer means for the operation that got it: the
-// table "PSP outcomes and how every request ends" of CONTRACT.md. Callers
+// section "How a PSP answer ends a request" of docs/api.md. Callers
 // branch on the class alone, so the api and the reaper, which drive the
 // same state machine, can never treat one answer two ways.
 type Class int

@@ -143,7 +143,7 @@ const (
 	opRefund        opKind = "refunds"
 )
 
-// Mock is an in-memory PSP serving the endpoints of CONTRACT.md ("The mock
+// Mock is an in-memory PSP serving the endpoints of docs/api.md ("The mock
 // PSP"). It is an http.Handler and safe for concurrent use.
 type Mock struct {
 	mux    *http.ServeMux

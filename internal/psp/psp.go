@@ -2,7 +2,7 @@
 // every answer carries its outcome class (classify.go), which looks an
 // operation up by reference before it ever sends it again (authorize.go),
 // over a transport that never resends by itself (transport.go); and an
-// in-memory mock PSP (see CONTRACT.md, "The mock PSP") used by tests,
+// in-memory mock PSP (see docs/api.md, "The mock PSP") used by tests,
 // `make run` and bin/mockpsp.
 package psp
 
