@@ -263,7 +263,7 @@ func TestRunFailureStopsEmbeddedPSP(t *testing.T) {
 	mockAddr := probe.Addr().String()
 	require.NoError(t, probe.Close())
 
-	env := map[string]string{"DATABASE_URL": dbURL, "API_ADDR": taken.Addr().String(), "MOCKPSP_ADDR": mockAddr}
+	env := map[string]string{"DATABASE_URL": dbURL, "API_ADDR": taken.Addr().String(), "MOCKPSP_ADDR": mockAddr, "PSP_URL": PSPEmbedded}
 	cfg, err := ParseEnv(func(k string) string { return env[k] })
 	require.NoError(t, err)
 	m := &Main{Config: cfg}
@@ -282,7 +282,7 @@ func TestRunFailureStopsEmbeddedPSP(t *testing.T) {
 
 // TestGracefulShutdownFinishesRequestBeforePSPCall: a request accepted
 // before SIGTERM that has not reached the PSP yet must finish too. With the
-// embedded mock PSP (PSP_URL empty, what `make run` uses) that needs the
+// embedded mock PSP (PSP_URL=embedded, what `make run` uses) that needs the
 // mock to outlive the API's drain.
 func TestGracefulShutdownFinishesRequestBeforePSPCall(t *testing.T) {
 	t.Parallel()

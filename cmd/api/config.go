@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"time"
 
 	"github.com/phasepay/phasepay/internal/envconfig"
+	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/platform"
 	"github.com/phasepay/phasepay/internal/psp"
 )
@@ -17,13 +19,25 @@ type Config struct {
 	DatabaseURL string
 	// Addr is the listen address (API_ADDR); port 0 picks a free one.
 	Addr string
-	// PSPURL is the PSP's base URL (PSP_URL). Empty: an in-process mock PSP
-	// listening on MockPSPAddr (MOCKPSP_ADDR), so that a reaper started with
-	// PSP_URL=http://MOCKPSP_ADDR shares its ledger.
+	// PSPURL is the PSP's base URL (PSP_URL), required by serve. The value
+	// PSPEmbedded selects an in-process mock PSP listening on MockPSPAddr
+	// (MOCKPSP_ADDR), so that a reaper started with
+	// PSP_URL=http://MOCKPSP_ADDR shares its ledger. It is never a default:
+	// a production process that lost its PSP_URL must not authorize
+	// against a mock and report charges no PSP ever saw.
 	PSPURL      string
 	MockPSPAddr string
+	// MetricsAddr, if set (METRICS_ADDR), serves GET /metrics on a listener
+	// of its own and takes it off the API's port, so that the public
+	// address does not expose the process's internals. Empty: /metrics is
+	// served on Addr.
+	MetricsAddr string
 	// Lease is how long a worker holds a key without progress (LEASE).
 	Lease time.Duration
+	// RetryBase, RetryMax (RETRY_BASE, RETRY_MAX) are the retry schedule
+	// of an unfinished request, and GiveUpAfter (GIVE_UP_AFTER) when it
+	// becomes needs_attention; see idempotency.Config.
+	RetryBase, RetryMax, GiveUpAfter time.Duration
 	// PprofAddr, if set (PPROF_ADDR), serves net/http/pprof there: for
 	// profiling under `make bench`, never on a public address.
 	PprofAddr string
@@ -41,6 +55,14 @@ const (
 	LeaseDefault       = 60 * time.Second
 )
 
+// PSPEmbedded is the PSP_URL that selects the in-process mock PSP (what
+// `make run` and the tests use).
+const PSPEmbedded = "embedded"
+
+// ErrPSPURLRequired is serve's refusal to start without PSP_URL. Only serve
+// needs a PSP, so ParseEnv accepts its absence for migrate and keys.
+var ErrPSPURLRequired = errors.New(`PSP_URL is required: the PSP's base URL, or "embedded" for an in-process mock PSP (development and tests only)`)
+
 // ParseEnv reads Config from the environment and validates it.
 func ParseEnv(getenv func(string) string) (Config, error) {
 	var (
@@ -52,6 +74,7 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	c.PSPURL = getenv("PSP_URL")
 	c.MockPSPAddr = envconfig.String(getenv, "MOCKPSP_ADDR", MockPSPAddrDefault)
 	c.PprofAddr = getenv("PPROF_ADDR")
+	c.MetricsAddr = getenv("METRICS_ADDR")
 	if c.Lease, err = envconfig.Duration(getenv, "LEASE", LeaseDefault); err != nil {
 		return Config{}, err
 	}
@@ -61,10 +84,18 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	if c.OneCommitPerPhase, err = envconfig.Bool(getenv, "ONE_COMMIT_PER_PHASE", false); err != nil {
 		return Config{}, err
 	}
-	if c.PSPURL != "" {
+	if c.RetryBase, c.RetryMax, c.GiveUpAfter, err = idempotency.ScheduleFromEnv(getenv); err != nil {
+		return Config{}, err
+	}
+	if c.PSPURL != "" && c.PSPURL != PSPEmbedded {
 		if u, err := url.Parse(c.PSPURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return Config{}, fmt.Errorf("PSP_URL: %q is not an http(s) URL", c.PSPURL)
+			return Config{}, fmt.Errorf("PSP_URL: %q is not an http(s) URL or %q", c.PSPURL, PSPEmbedded)
 		}
 	}
 	return c, nil
+}
+
+// keysConfig is the idempotency store's configuration.
+func (c Config) keysConfig() idempotency.Config {
+	return idempotency.Config{Lease: c.Lease, RetryBase: c.RetryBase, RetryMax: c.RetryMax, GiveUpAfter: c.GiveUpAfter}
 }

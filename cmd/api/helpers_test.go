@@ -52,6 +52,8 @@ type testBundle struct {
 
 	client    *http.Client
 	validator *apitest.Validator
+	// logs is the server's JSON log.
+	logs *lockedBuffer
 	// stop cancels Run and returns its result; safe to call twice.
 	stop func() error
 }
@@ -72,7 +74,7 @@ func setup(t *testing.T, opts ...func(*Main)) *testBundle {
 		"DATABASE_URL": dbURL,
 		"API_ADDR":     "127.0.0.1:0",
 		"MOCKPSP_ADDR": "127.0.0.1:0",
-		"PSP_URL":      "",
+		"PSP_URL":      PSPEmbedded,
 	}
 	cfg, err := ParseEnv(func(k string) string { return env[k] })
 	require.NoError(t, err)
@@ -110,7 +112,7 @@ func setup(t *testing.T, opts ...func(*Main)) *testBundle {
 
 	addr := waitAddr(t, m, runErr)
 	mock := m.MockPSP()
-	require.NotNil(t, mock, "PSP_URL is empty: Run must start the embedded mock PSP")
+	require.NotNil(t, mock, "PSP_URL=embedded: Run must start the embedded mock PSP")
 
 	tenant, key := newTenantKey(t, pool, "acme")
 
@@ -128,6 +130,7 @@ func setup(t *testing.T, opts ...func(*Main)) *testBundle {
 		pool:      pool,
 		client:    client,
 		validator: v,
+		logs:      logs,
 		stop:      stop,
 	}
 }

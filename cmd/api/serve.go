@@ -42,17 +42,26 @@ type Main struct {
 	// Telemetry, if set, replaces the providers built from OTEL_* (tests
 	// pass in-memory exporters).
 	Telemetry *telemetry.Telemetry
+	// Server bounds the API's connections; zero fields take the contract's
+	// limits (httpapi.ServerConfig). Tests shorten them.
+	Server httpapi.ServerConfig
 
-	mu      sync.Mutex
-	addr    string
-	mockPSP *psp.Mock
-	ready   chan struct{}
-	auth    *tenants.Authenticator
+	mu          sync.Mutex
+	addr        string
+	metricsAddr string
+	mockPSP     *psp.Mock
+	mockPSPURL  string
+	ready       chan struct{}
+	auth        *tenants.Authenticator
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
 func (m *Main) Run(ctx context.Context) error {
 	m.init()
+	// Before anything starts: a refusal is one line, at once.
+	if m.Config.PSPURL == "" {
+		return ErrPSPURLRequired
+	}
 	tel := m.Telemetry
 	if tel == nil {
 		var err error
@@ -75,7 +84,7 @@ func (m *Main) Run(ctx context.Context) error {
 	authorizer := m.Authorizer
 	if authorizer == nil {
 		pspURL := m.Config.PSPURL
-		if pspURL == "" {
+		if pspURL == PSPEmbedded {
 			ms, err := m.startMockPSP()
 			if err != nil {
 				return err
@@ -94,7 +103,7 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 	}
 
-	keys, err := idempotency.NewStore(idempotency.Config{Lease: m.Config.Lease})
+	keys, err := idempotency.NewStore(m.Config.keysConfig())
 	if err != nil {
 		return err
 	}
@@ -113,9 +122,20 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopListener()
-	handler, err := httpapi.NewHandler(httpapi.Config{Pool: pool, Charges: svc, Telemetry: tel, Logger: m.Logger, Authenticator: auth})
+	handler, err := httpapi.NewHandler(httpapi.Config{
+		Pool: pool, Charges: svc, Telemetry: tel, Logger: m.Logger, Authenticator: auth,
+		MetricsElsewhere: m.Config.MetricsAddr != "",
+		ServerAddr:       m.Config.Addr,
+	})
 	if err != nil {
 		return err
+	}
+	if m.Config.MetricsAddr != "" {
+		stopMetrics, err := m.serveMetrics(tel.MetricsHandler)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
 	}
 
 	if m.Config.PprofAddr != "" {
@@ -130,7 +150,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	api := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
+	srvCfg := m.Server
+	srvCfg.ErrorLog = slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)
+	api := httpapi.NewServer(handler, srvCfg)
 	m.mu.Lock()
 	m.addr = ln.Addr().String()
 	m.mu.Unlock()
@@ -250,6 +272,14 @@ func (m *Main) MockPSP() *psp.Mock {
 	return m.mockPSP
 }
 
+// MockPSPURL returns the base URL of the in-process mock PSP, if Run
+// started one.
+func (m *Main) MockPSPURL() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mockPSPURL
+}
+
 // startMockPSP serves the embedded mock PSP on MockPSPAddr, or on a free
 // port if that one is taken (another api process has it).
 func (m *Main) startMockPSP() (*psp.MockServer, error) {
@@ -261,14 +291,14 @@ func (m *Main) startMockPSP() (*psp.MockServer, error) {
 		m.Logger.Warn("embedded mock PSP: address taken, using a free port", "addr", m.Config.MockPSPAddr)
 	}
 	m.mu.Lock()
-	m.mockPSP = ms.Mock
+	m.mockPSP, m.mockPSPURL = ms.Mock, ms.URL
 	m.mu.Unlock()
 	m.Logger.Info("embedded mock psp listening", "url", ms.URL)
 	return ms, nil
 }
 
 func pspLabel(c Config) string {
-	if c.PSPURL == "" {
+	if c.PSPURL == PSPEmbedded {
 		return "embedded mock"
 	}
 	return c.PSPURL

@@ -3,17 +3,21 @@
 // retention. Several may run at once. It loops until SIGTERM, finishes the
 // batch in hand, and exits 0.
 //
-// Configuration is by environment variable; see Config.
+// Configuration is by environment variable; see Config. PSP_URL is
+// required.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"sync"
@@ -30,10 +34,41 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Getenv, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
-func run(getenv func(string) string, stderr io.Writer) int {
+const usage = `Usage: reaper
+
+Loops until SIGTERM: takes over expired leases and drives unfinished
+requests on their retry schedule, creates partitions ahead and drops those
+past retention. Several reapers may run at once.
+
+Configuration is by environment variable:
+  PSP_URL              required: the PSP's base URL, or "embedded" for an
+                       in-process mock PSP of the reaper's own (tests only)
+  DATABASE_URL         PostgreSQL (default ` + platform.DatabaseURLDefault + `)
+  LEASE                lease taken by a takeover; must match the API's (default 60s)
+  REAPER_INTERVAL      pause between passes (default 1s)
+  RETENTION            how long a finished key is kept (default 24h)
+  REAPER_METRICS_ADDR  listen address of GET /metrics (METRICS_ADDR is
+                       accepted too); empty: no metrics listener
+  OTEL_*               OpenTelemetry SDK variables
+`
+
+// run is main with its inputs and exit code explicit, so that tests can run
+// it in-process.
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	// No flags: -h/--help prints the usage, anything else is a mistake,
+	// and neither may start a reaper.
+	fs := flag.NewFlagSet("reaper", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage)
+		return 0
+	} else if err != nil || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "reaper: takes no arguments (configuration is by environment); run 'reaper -h' for usage")
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cfg, err := ParseEnv(getenv)
@@ -51,23 +86,46 @@ func run(getenv func(string) string, stderr io.Writer) int {
 
 // Config is the reaper's configuration.
 type Config struct {
-	DatabaseURL string        // DATABASE_URL
-	PSPURL      string        // PSP_URL; empty: an in-process mock (see Run)
-	Lease       time.Duration // LEASE: must match the API's
-	Interval    time.Duration // REAPER_INTERVAL
-	Retention   time.Duration // RETENTION
-	// MetricsAddr (REAPER_METRICS_ADDR) serves /metrics; empty: none.
+	DatabaseURL string // DATABASE_URL
+	// PSPURL is PSP_URL, required: the PSP's base URL, or PSPEmbedded for
+	// an in-process mock PSP with a ledger of its own (see Run).
+	PSPURL    string
+	Lease     time.Duration // LEASE: must match the API's
+	// RETRY_BASE, RETRY_MAX, GIVE_UP_AFTER: the retry schedule (must match
+	// the API's); see idempotency.Config.
+	RetryBase, RetryMax, GiveUpAfter time.Duration
+	Interval  time.Duration // REAPER_INTERVAL
+	Retention time.Duration // RETENTION
+	// MetricsAddr (REAPER_METRICS_ADDR, else METRICS_ADDR, the api's name
+	// for the same thing) serves /metrics; empty: none.
 	MetricsAddr string
 }
+
+// PSPEmbedded is the PSP_URL that selects an in-process mock PSP.
+const PSPEmbedded = "embedded"
 
 // ParseEnv reads Config from the environment and validates it.
 func ParseEnv(getenv func(string) string) (Config, error) {
 	c := Config{
 		DatabaseURL: envconfig.String(getenv, "DATABASE_URL", platform.DatabaseURLDefault),
 		PSPURL:      getenv("PSP_URL"),
-		MetricsAddr: getenv("REAPER_METRICS_ADDR"),
+		MetricsAddr: cmp.Or(getenv("REAPER_METRICS_ADDR"), getenv("METRICS_ADDR")),
+	}
+	// Never a default: a reaper that lost its PSP_URL must not drive
+	// requests against a mock and record authorizations no PSP ever saw.
+	switch c.PSPURL {
+	case "":
+		return Config{}, fmt.Errorf(`PSP_URL is required: the PSP's base URL, or %q for an in-process mock PSP (tests only)`, PSPEmbedded)
+	case PSPEmbedded:
+	default:
+		if u, err := url.Parse(c.PSPURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return Config{}, fmt.Errorf("PSP_URL: %q is not an http(s) URL or %q", c.PSPURL, PSPEmbedded)
+		}
 	}
 	var err error
+	if c.RetryBase, c.RetryMax, c.GiveUpAfter, err = idempotency.ScheduleFromEnv(getenv); err != nil {
+		return Config{}, err
+	}
 	if c.Lease, err = envconfig.Duration(getenv, "LEASE", idempotency.LeaseDefault); err != nil {
 		return Config{}, err
 	}
@@ -113,7 +171,7 @@ func (m *Main) Run(ctx context.Context) error {
 	authorizer := m.Authorizer
 	if authorizer == nil {
 		pspURL := m.Config.PSPURL
-		if pspURL == "" {
+		if pspURL == PSPEmbedded {
 			// Alone, an in-process mock has a ledger of its own. make run
 			// points the reaper at the API's embedded mock instead.
 			ms, _, err := psp.StartMock("127.0.0.1:0")
@@ -121,7 +179,7 @@ func (m *Main) Run(ctx context.Context) error {
 				return err
 			}
 			defer ms.Shutdown(context.Background()) //nolint:errcheck
-			m.Logger.Warn("PSP_URL is empty: using an in-process mock PSP of the reaper's own", "url", ms.URL)
+			m.Logger.Warn("PSP_URL=embedded: using an in-process mock PSP of the reaper's own", "url", ms.URL)
 			pspURL = ms.URL
 		}
 		if authorizer, err = platform.PSPClient(pspURL, tel); err != nil {
@@ -137,7 +195,8 @@ func (m *Main) Run(ctx context.Context) error {
 		defer stopMetrics()
 	}
 
-	keys, err := idempotency.NewStore(idempotency.Config{Lease: m.Config.Lease})
+	keys, err := idempotency.NewStore(idempotency.Config{Lease: m.Config.Lease, RetryBase: m.Config.RetryBase,
+		RetryMax: m.Config.RetryMax, GiveUpAfter: m.Config.GiveUpAfter})
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ func env(m map[string]string) func(string) string { return func(k string) string
 
 func TestParseEnv(t *testing.T) {
 	t.Parallel()
-	cfg, err := ParseEnv(env(nil))
+	cfg, err := ParseEnv(env(map[string]string{"PSP_URL": PSPEmbedded}))
 	require.NoError(t, err)
 	require.Equal(t, time.Second, cfg.Interval)
 	require.Equal(t, 24*time.Hour, cfg.Retention)
@@ -37,6 +37,7 @@ func TestParseEnv(t *testing.T) {
 		"retention below lease":    {"RETENTION": "30s", "LEASE": "60s"},
 		"retention equal to lease": {"RETENTION": "60s", "LEASE": "60s"},
 	} {
+		vars["PSP_URL"] = PSPEmbedded
 		_, err := ParseEnv(env(vars))
 		require.Error(t, err, name)
 	}
@@ -45,7 +46,7 @@ func TestParseEnv(t *testing.T) {
 func TestBadConfigExitsTwo(t *testing.T) {
 	t.Parallel()
 	var stderr stringWriter
-	code := run(env(map[string]string{"RETENTION": "1s"}), &stderr)
+	code := run(nil, env(map[string]string{"RETENTION": "1s", "PSP_URL": PSPEmbedded}), io.Discard, &stderr)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr.s, "reaper: RETENTION")
 }
@@ -60,6 +61,7 @@ func TestReaperMetricsAndShutdown(t *testing.T) {
 	t.Parallel()
 	cfg, err := ParseEnv(env(map[string]string{
 		"DATABASE_URL":        testdb.NewURL(t),
+		"PSP_URL":             PSPEmbedded,
 		"REAPER_METRICS_ADDR": "127.0.0.1:0",
 		"REAPER_INTERVAL":     "50ms",
 	}))

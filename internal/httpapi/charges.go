@@ -20,7 +20,7 @@ import (
 // request and retry with the same key.
 func (s *server) createCharge(w http.ResponseWriter, r *http.Request) {
 	tenant, _ := tenants.FromContext(r.Context())
-	key, err := idempotency.ParseKey(r.Header.Get("Idempotency-Key"))
+	key, err := idempotency.KeyFromHeader(r.Header)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -51,8 +51,10 @@ func problemFor(err error) problem.Problem {
 		p := problem.New(http.StatusBadRequest, problem.InvalidRequest, verr.Error())
 		p.Errors = verr.Fields
 		return p
-	case errors.Is(err, idempotency.ErrBodyInvalid), errors.Is(err, errContentType):
+	case errors.Is(err, idempotency.ErrBodyInvalid):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
+	case errors.Is(err, errContentType):
+		return problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType, err.Error())
 	case errors.Is(err, idempotency.ErrMismatch):
 		return problem.New(http.StatusUnprocessableEntity, problem.IdempotencyKeyMismatch,
 			"This Idempotency-Key was used with a different request. Use a new key for a new request.")
@@ -87,8 +89,19 @@ func problemFor(err error) problem.Problem {
 // writeError answers with err's problem. Internal errors are logged here,
 // once; expected outcomes are not errors and are not logged.
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errBodyTimeout) {
+		// The client is disconnected, not answered: it sent its body too
+		// slowly, and an answer would keep the connection for it.
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "client disconnected: request body too slow",
+			slog.String("request_id", middleware.GetReqID(r.Context())))
+		panic(http.ErrAbortHandler)
+	}
 	p := problemFor(err)
 	p.RequestID = middleware.GetReqID(r.Context())
+	if p.Status == http.StatusUnauthorized {
+		// RFC 9110, 11.6.1: a 401 names the scheme that would do.
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
 	if p.Status >= 500 {
 		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
 			slog.String("request_id", p.RequestID), slog.String("error", err.Error()))

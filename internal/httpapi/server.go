@@ -16,9 +16,11 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/problem"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
 )
@@ -46,6 +48,16 @@ type Config struct {
 	// AuthCacheTTL: the api passes one kept true to revocations by a
 	// tenants.RevocationListener.
 	Authenticator *tenants.Authenticator
+	// MetricsElsewhere leaves GET /metrics off this handler: the process
+	// serves it on a listener of its own (METRICS_ADDR), away from the
+	// public API port.
+	MetricsElsewhere bool
+	// ServerAddr is the configured listen address (host:port), reported as
+	// server.address and server.port on request metrics. Never the
+	// client's Host header, which otelhttp uses otherwise: any client
+	// could then mint new metric series at will. Default
+	// "phasepay-api:0" (port 0: no server.port).
+	ServerAddr string
 }
 
 // NewHandler returns the service's http.Handler.
@@ -56,6 +68,13 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// Every line logged with a request's context carries its trace id.
+	if _, ok := cfg.Logger.Handler().(*telemetry.LogHandler); !ok {
+		cfg.Logger = slog.New(telemetry.NewLogHandler(cfg.Logger.Handler()))
+	}
+	if cfg.ServerAddr == "" {
+		cfg.ServerAddr = "phasepay-api:0"
+	}
 	if cfg.AuthCacheTTL == 0 {
 		cfg.AuthCacheTTL = 30 * time.Second
 	}
@@ -65,16 +84,27 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics, nameSpan)
+	r.Use(requestID, s.logRequests, s.recoverPanics, nameRoute)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errRouteNotFound)
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, errMethodNotAllowed)
+	// chi's own 405 handler sets Allow, but a custom one is not told the
+	// methods: allowedMethods asks the router.
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		allow := allowedMethods(r, req)
+		if allow == "" {
+			// A method chi does not know, on a path no method serves.
+			s.writeError(w, req, errRouteNotFound)
+			return
+		}
+		w.Header().Set("Allow", allow)
+		s.writeError(w, req, errMethodNotAllowed)
 	})
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok\n") })
 	r.Get("/readyz", s.ready)
-	r.Method(http.MethodGet, "/metrics", cfg.Telemetry.MetricsHandler)
+	if !cfg.MetricsElsewhere {
+		r.Method(http.MethodGet, "/metrics", cfg.Telemetry.MetricsHandler)
+	}
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.authenticate, limitBody)
 		r.Post("/charges", s.createCharge)
@@ -89,19 +119,46 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		otelhttp.WithTracerProvider(cfg.Telemetry.Tracer),
 		otelhttp.WithMeterProvider(cfg.Telemetry.Meter),
 		otelhttp.WithPropagators(cfg.Telemetry.Propagator),
+		otelhttp.WithServerName(cfg.ServerAddr),
 		otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Path != "/metrics" && r.URL.Path != "/healthz" }),
 	), nil
 }
 
-// nameSpan names the request's span after the route it matched (known only
-// once chi has routed it), e.g. "POST /v1/charges".
-func nameSpan(next http.Handler) http.Handler {
+// nameRoute names the request's span after the route it matched (known
+// only once chi has routed it), e.g. "GET /v1/charges/{id}", and labels its
+// request metrics with that pattern as http.route. otelhttp would take the
+// route from http.Request.Pattern, but chi sets that on its own copy of the
+// request, which otelhttp never sees; and the raw path must never be a
+// label: every charge id would be a new series.
+func nameRoute(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r)
 		if pattern := chi.RouteContext(r.Context()).RoutePattern(); pattern != "" {
 			trace.SpanFromContext(r.Context()).SetName(r.Method + " " + pattern)
+			if l, ok := otelhttp.LabelerFromContext(r.Context()); ok {
+				l.Add(attribute.String("http.route", pattern))
+			}
 		}
 	})
+}
+
+// allowedMethods lists, for an Allow header, the methods routes has a
+// route for at req's path.
+func allowedMethods(routes chi.Routes, req *http.Request) string {
+	path := req.URL.RawPath
+	if path == "" {
+		path = req.URL.Path
+	}
+	var allow []string
+	for _, m := range []string{
+		http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace,
+	} {
+		if routes.Match(chi.NewRouteContext(), m, path) {
+			allow = append(allow, m)
+		}
+	}
+	return strings.Join(allow, ", ")
 }
 
 type server struct {
@@ -114,7 +171,12 @@ func (s *server) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.cfg.Pool.Ping(ctx); err != nil {
-		writeText(w, http.StatusServiceUnavailable, "database unavailable\n")
+		// A problem like every error, but not through writeError: a
+		// readiness probe failing every few seconds during an outage is
+		// its answer, not an internal error to log.
+		p := problem.New(http.StatusServiceUnavailable, problem.DatabaseUnavailable, "PostgreSQL does not answer.")
+		p.RequestID = middleware.GetReqID(r.Context())
+		problem.Write(w, p)
 		return
 	}
 	writeText(w, http.StatusOK, "ok\n")
@@ -168,8 +230,8 @@ func info(ctx context.Context) *requestInfo {
 	return &requestInfo{}
 }
 
-// logRequests writes one JSON line per request. It never logs headers or
-// bodies: they carry API keys and card data.
+// logRequests writes one JSON line per request, with the request and trace
+// ids. It never logs headers or bodies: they carry API keys and card data.
 func (s *server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -178,13 +240,16 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		next.ServeHTTP(ww, r.WithContext(context.WithValue(r.Context(), infoKey{}, ri)))
 		attrs := []slog.Attr{
 			slog.String("method", r.Method),
-			slog.String("path", r.URL.Path),
+			slog.String("route", chi.RouteContext(r.Context()).RoutePattern()),
 			slog.Int("status", ww.Status()),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 			slog.String("request_id", middleware.GetReqID(r.Context())),
 		}
+		// The raw path only of a tenant's own requests: anyone else's
+		// would be whatever an unauthenticated client chose to write
+		// into the logs.
 		if ri.tenant != "" {
-			attrs = append(attrs, slog.String("tenant", ri.tenant))
+			attrs = append(attrs, slog.String("path", r.URL.Path), slog.String("tenant", ri.tenant))
 		}
 		if ri.outcome != "" {
 			attrs = append(attrs, slog.String("key_outcome", ri.outcome))

@@ -2,11 +2,36 @@ package idempotency
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 )
 
 // MaxKeyLength is the longest key accepted, in bytes (all of them ASCII).
 const MaxKeyLength = 255
+
+// KeyHeader is the request header that carries the key.
+const KeyHeader = "Idempotency-Key"
+
+// KeyFromHeader returns the key of a request's headers: exactly one
+// Idempotency-Key field, parsed by ParseKey. Two fields are refused rather
+// than one of them picked: an intermediary and phasepay could pick
+// differently (http.Header.Get takes the first), and a client that sends
+// two has a bug that a silent choice would hide until it charged twice.
+// A key cannot be split on commas either, since a comma is a valid key
+// character.
+//
+// Errors wrap ErrKeyMissing or ErrKeyInvalid.
+func KeyFromHeader(h http.Header) (string, error) {
+	values := h.Values(KeyHeader)
+	switch len(values) {
+	case 0:
+		return "", ErrKeyMissing
+	case 1:
+		return ParseKey(values[0])
+	default:
+		return "", fmt.Errorf("%w: %d Idempotency-Key header fields; send exactly one", ErrKeyInvalid, len(values))
+	}
+}
 
 // ParseKey validates an Idempotency-Key header value and returns the key.
 //
