@@ -306,7 +306,7 @@ func TestValidationFailureStoresNoKey(t *testing.T) {
 	}
 	status, h, body := b.do(t, http.MethodPost, "/v1/charges",
 		map[string]string{"Idempotency-Key": key, "Content-Type": "text/plain"}, []byte(visaBody))
-	requireProblem(t, response{status, h, body}, http.StatusBadRequest, "invalid_request")
+	requireProblem(t, response{status, h, body}, http.StatusUnsupportedMediaType, "unsupported_media_type")
 	require.Zero(t, b.keyRows(t, key))
 	require.Empty(t, b.psp.Authorizations(), "an invalid request never reaches the PSP")
 
