@@ -41,6 +41,8 @@ FUZZTIME ?= 5s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/idempotency
 	$(GO) test -run '^$$' -fuzz '^FuzzFingerprint$$' -fuzztime $(FUZZTIME) ./internal/idempotency
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/jsonbody
+	$(GO) test -run '^$$' -fuzz '^FuzzEqualFingerprintsParseToEqualParams$$' -fuzztime $(FUZZTIME) ./internal/charges
 
 ## chaos: the long chaos run: 2,000 intents, workers killed and frozen under PSP faults, PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432)
 CHAOS_SEED ?= 1

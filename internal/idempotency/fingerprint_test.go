@@ -1,6 +1,7 @@
 package idempotency_test
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -61,4 +62,27 @@ func FuzzFingerprint(f *testing.F) {
 		require.Equal(t, string(c.Body), string(again.Body))
 		require.Equal(t, c.Fingerprint, again.Fingerprint)
 	})
+}
+
+// CanonicalizeParams fingerprints the encoding of a parsed request, and
+// refuses raw JSON: fingerprinting the client's bytes is how one
+// fingerprint came to stand for two executions.
+func TestCanonicalizeParamsTakesParsedRequests(t *testing.T) {
+	t.Parallel()
+	type params struct {
+		Amount int64             `json:"amount"`
+		Note   *string           `json:"note,omitempty"`
+		Tags   map[string]string `json:"tags,omitempty"`
+	}
+	got, err := idempotency.CanonicalizeParams("POST", "/v1/things", params{Amount: 7, Tags: map[string]string{"b": "<", "a": "&"}})
+	require.NoError(t, err)
+	require.Equal(t, `{"amount":7,"tags":{"a":"&","b":"<"}}`, string(got.Body), "RFC 8785, not encoding/json's HTML escaping")
+	want, err := idempotency.Canonicalize("POST", "/v1/things", got.Body)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	for _, raw := range []any{[]byte(`{"amount":7}`), json.RawMessage(`{"amount":7}`), `{"amount":7}`, 7, []int{7}} {
+		_, err := idempotency.CanonicalizeParams("POST", "/v1/things", raw)
+		require.Error(t, err, "%T", raw)
+	}
 }
