@@ -158,3 +158,51 @@ func utc(ts []time.Time) []time.Time {
 	}
 	return out
 }
+
+// Beside an operator's DEFAULT partition, attaching a day needs ACCESS
+// EXCLUSIVE on the DEFAULT partition, which every claim reads: behind a long
+// reader that lock cannot be had, and while it is queued for, claims queue
+// behind it. Maintenance waits for it at most MaintenanceLockTimeout and
+// gives up (a later pass retries), so no claim waits longer than that.
+func TestPartitionAttachBesideDefaultPartitionWaitsBriefly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	finishedKey(t, b, day(110).Add(time.Hour), "old", true) // creates days 109..113
+	_, err := b.pool.Exec(ctx, `CREATE TABLE idempotency_keys_default PARTITION OF idempotency_keys DEFAULT`)
+	require.NoError(t, err)
+
+	reader, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer reader.Rollback(ctx) //nolint:errcheck // committed below
+	var n int
+	require.NoError(t, reader.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys`).Scan(&n))
+
+	maint := testdb.Pool(t, b.url, day(113).Add(time.Hour)) // needs days 114..116
+	clients := testdb.Pool(t, b.url, day(110).Add(2*time.Hour), func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["lock_timeout"] = fmt.Sprint(claimLockTimeout.Milliseconds())
+	})
+	maintErr := make(chan error, 1)
+	go func() {
+		_, err := idempotency.EnsurePartitions(ctx, maint)
+		maintErr <- err
+	}()
+	var slowest time.Duration
+	deadline := time.Now().Add(2 * idempotency.MaintenanceLockTimeout)
+	for i := 0; time.Now().Before(deadline); i++ {
+		start := time.Now()
+		_, _, err := claim(ctx, clients, b.store, b.tenant, fmt.Sprintf("k%d", i), b.req)
+		require.NoError(t, err, "claim %d", i)
+		slowest = max(slowest, time.Since(start))
+	}
+	err = <-maintErr
+	require.Error(t, err, "the ATTACH cannot have its lock while the reader runs")
+	t.Logf("slowest claim beside the queued ATTACH: %s; maintenance: %v", slowest, err)
+	require.Less(t, slowest, idempotency.MaintenanceLockTimeout+claimLockTimeout/4)
+
+	// Once the reader is gone, the next pass creates the days.
+	require.NoError(t, reader.Commit(ctx))
+	created, err := idempotency.EnsurePartitions(ctx, maint)
+	require.NoError(t, err)
+	require.Equal(t, 3, created)
+}
