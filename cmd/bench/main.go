@@ -5,8 +5,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,21 +20,46 @@ import (
 )
 
 func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is main with its inputs and exit code explicit; -h writes the usage
+// to stdout and starts nothing.
+func run(args []string, stdout, stderr io.Writer) int {
+	var cfg bench.Config
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	admin := fs.String("admin-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL maintenance database")
+	fs.StringVar(&cfg.BinDir, "bin", "bin", "directory with api and mockpsp (make build)")
+	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "duration of each load")
+	out := fs.String("out", "bench/results", "directory for the JSON results")
+	quick := fs.Bool("quick", false, "small sizes, for a smoke run")
+	steps := fs.String("steps", "", "comma-separated step name prefixes to run (default all)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: bench [flags]\n\n`make bench`: phasepay against PostgreSQL's own limits on this machine. Prints\na Markdown table and writes the results as JSON.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0
+	} else if err != nil || fs.NArg() > 0 {
+		if err == nil {
+			err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		}
+		fmt.Fprintln(stderr, "bench:", err)
+		fs.SetOutput(stderr)
+		fs.Usage()
+		return 2
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	var cfg bench.Config
-	admin := flag.String("admin-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL maintenance database")
-	flag.StringVar(&cfg.BinDir, "bin", "bin", "directory with api and mockpsp (make build)")
-	flag.DurationVar(&cfg.Duration, "duration", 10*time.Second, "duration of each load")
-	out := flag.String("out", "bench/results", "directory for the JSON results")
-	quick := flag.Bool("quick", false, "small sizes, for a smoke run")
-	steps := flag.String("steps", "", "comma-separated step name prefixes to run (default all)")
-	flag.Parse()
 	cfg.AdminURL = *admin
 	if *steps != "" {
 		cfg.Steps = strings.Split(*steps, ",")
 	}
-	cfg.Log = os.Stderr
+	cfg.Log = stderr
 	wd, _ := os.Getwd()
 	cfg.ModuleDir = wd
 	cfg.BinDir, _ = filepath.Abs(cfg.BinDir)
@@ -43,14 +70,15 @@ func main() {
 	}
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
 	}
-	fmt.Print(res.Table())
+	fmt.Fprint(stdout, res.Table())
 	path, err := res.WriteJSON(*out, *steps == "" && !*quick)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
 	}
-	fmt.Fprintln(os.Stderr, "bench: results written to", path)
+	fmt.Fprintln(stderr, "bench: results written to", path)
+	return 0
 }

@@ -12,8 +12,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -26,10 +28,11 @@ import (
 )
 
 func main() {
-	os.Exit(run())
+	os.Exit(run(os.Args[1:], os.Stdout))
 }
 
-func run() int {
+// run is main with its arguments explicit; -h writes the usage to stdout.
+func run(args []string, stdout io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -53,7 +56,24 @@ func run() int {
 	jsonPath := fs.String("json", "", "write the summary as JSON to this file")
 	binDir := fs.String("bin", "", "directory with api, reaper and mockpsp built with -tags chaos (default: build them)")
 	tags := fs.String("tags", "", "extra build tags (e.g. defect_fresh_psp_key, to see the harness fail)")
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: chaos [flags]\n\nDrives charge intents through api workers and reapers that are killed, frozen\nand cut off from a restarting PostgreSQL, then checks every intent for\nexactly-once. Exit status: 0 no violation, 1 a violation or an error, 2 usage.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	// -h asks for the usage on stdout and exit 0, before anything is
+	// built or started; a bad flag gets it on stderr and exit 2.
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0
+	} else if err != nil || fs.NArg() > 0 {
+		if err == nil {
+			err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		}
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		fs.SetOutput(os.Stderr)
+		fs.Usage()
 		return 2
 	}
 	cfg.AdminURL = *admin

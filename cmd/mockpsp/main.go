@@ -13,7 +13,9 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -30,18 +32,49 @@ import (
 )
 
 func main() {
-	os.Exit(run())
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+const usage = `Usage: mockpsp
+
+Serves the mock payment service provider over HTTP until SIGTERM, with its
+state in memory (docs/api.md, "The mock PSP").
+
+Configuration is by environment variable:
+  MOCKPSP_ADDR               listen address (default ` + ListenAddrDefault + `)
+  MOCKPSP_NAME               name in every log line and GET /_admin/faults (default mockpsp)
+  MOCKPSP_KEY_TTL            how long an idempotency key is remembered (default 24h)
+  MOCKPSP_ERROR_RATE         0..1: answer 503 without acting
+  MOCKPSP_DROP_RATE          0..1: act, then drop the connection unanswered
+  MOCKPSP_REJECT_RATE        0..1: answer 400 without acting
+  MOCKPSP_LOOKUP_ERROR_RATE  0..1: answer lookups 503
+  MOCKPSP_LATENCY            delay every answer (Go duration, or milliseconds)
+  OTEL_*                     OpenTelemetry SDK variables
+
+PUT /_admin/faults changes the faults at run time.
+`
+
 // run is main with an exit code, so that deferred calls run before the exit.
-func run() int {
+func run(args []string, stdout, stderr io.Writer) int {
+	// No flags: -h/--help prints the usage, anything else is a mistake,
+	// and neither may start a server.
+	fs := flag.NewFlagSet("mockpsp", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage)
+		return 0
+	} else if err != nil || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "mockpsp: takes no arguments (configuration is by environment); run 'mockpsp -h' for usage")
+		return 2
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
 	m := NewMain()
-	m.Logger = telemetry.NewLogger(os.Stderr)
+	m.Logger = telemetry.NewLogger(stderr)
 	if err := m.ParseEnv(os.Getenv); err != nil {
-		fmt.Fprintf(os.Stderr, "mockpsp: %v\n", err)
+		fmt.Fprintf(stderr, "mockpsp: %v\n", err)
 		return 2
 	}
 	if err := m.Run(ctx); err != nil {
