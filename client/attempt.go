@@ -85,7 +85,13 @@ func (c *Client) attempt(ctx context.Context, method, url, key string, body []by
 	if e.Problem.Title == "" {
 		e.Problem.Title = http.StatusText(resp.StatusCode)
 	}
-	return nil, outcome{status: resp.StatusCode, err: e, retry: retryableStatus(resp.StatusCode), retryAfter: e.RetryAfter}
+	return nil, outcome{
+		status:     resp.StatusCode,
+		err:        e,
+		retry:      retryable(resp.StatusCode, e.Problem.Code),
+		unsettled:  e.Problem.Code == CodePaymentUnresolved,
+		retryAfter: e.RetryAfter,
+	}
 }
 
 func isJSON(contentType string) bool {

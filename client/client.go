@@ -11,8 +11,10 @@
 //	c, err := client.New(client.Config{BaseURL: url, APIKey: key, Journal: j})
 //	ch, err := c.Charge(ctx, client.ChargeParams{Amount: 1000, Currency: "usd", PaymentMethod: "pm_card_visa"})
 //	switch {
-//	case errors.Is(err, client.ErrDeclined): // final: the card was declined
-//	case errors.Is(err, client.ErrGaveUp):   // unknown: ResumePending later
+//	case errors.Is(err, client.ErrDeclined):      // final: the card was declined
+//	case errors.Is(err, client.ErrPaymentFailed): // final: the PSP refused it
+//	case errors.Is(err, client.ErrUnresolved):    // unknown until an operator acts
+//	case errors.Is(err, client.ErrGaveUp):        // unknown: ResumePending later
 //	}
 package client
 
@@ -159,9 +161,11 @@ func NewIntent(p ChargeParams) Intent {
 // journals the intent, and only then sends it, retrying with that same key
 // until a final answer, Config.MaxElapsed or ctx ends.
 //
-// Errors: ErrDeclined, ErrMismatch, ErrInvalidRequest, ErrUnauthorized
-// (final, as *Error; the intent leaves the journal); ErrGaveUp or ctx's
-// error (the outcome is unknown and the intent stays in the journal for
+// Errors: ErrDeclined, ErrPaymentFailed, ErrMismatch, ErrInvalidRequest,
+// ErrUnauthorized (final, as *Error; the intent leaves the journal);
+// ErrUnresolved (as *Error: the server waits for an operator; not retried,
+// and the intent stays in the journal); ErrGaveUp or ctx's error (the
+// outcome is unknown and the intent stays in the journal for
 // ResumePending); a journal error (nothing was sent).
 func (c *Client) Charge(ctx context.Context, p ChargeParams) (*Charge, error) {
 	in := NewIntent(p)
@@ -195,20 +199,28 @@ func (c *Client) Execute(ctx context.Context, in Intent) (*Charge, error) {
 // unreadable, or ctx ending before every intent was tried (the rest stay
 // journaled).
 func (c *Client) ResumePending(ctx context.Context) ([]Result, error) {
+	var results []Result
+	err := c.ResumeEach(ctx, func(_, _ int, r Result) { results = append(results, r) })
+	return results, err
+}
+
+// ResumeEach is ResumePending for long journals: it calls each with every
+// Result as soon as that intent is done (i from 1 of n intents), so that a
+// program can show outcomes and progress while the rest are still running.
+func (c *Client) ResumeEach(ctx context.Context, each func(i, n int, r Result)) error {
 	intents, err := c.journal.List()
 	if err != nil {
-		return nil, fmt.Errorf("list journal: %w", err)
+		return fmt.Errorf("list journal: %w", err)
 	}
 	slices.SortStableFunc(intents, func(a, b Intent) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	results := make([]Result, 0, len(intents))
-	for _, in := range intents {
+	for i, in := range intents {
 		if err := ctx.Err(); err != nil {
-			return results, fmt.Errorf("resume: %d of %d intents left: %w", len(intents)-len(results), len(intents), err)
+			return fmt.Errorf("resume: %d of %d intents left: %w", len(intents)-i, len(intents), err)
 		}
 		ch, err := c.drive(ctx, in)
-		results = append(results, Result{Intent: in, Charge: ch, Err: err})
+		each(i+1, len(intents), Result{Intent: in, Charge: ch, Err: err})
 	}
-	return results, nil
+	return nil
 }
 
 // drive executes a journaled intent and forgets it once it has a final

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -238,6 +239,9 @@ func TestFinalErrorsAreTyped(t *testing.T) {
 		is     error
 	}{
 		{"Declined", http.StatusPaymentRequired, CodeCardDeclined, map[string]any{"charge": "ch_declined"}, ErrDeclined},
+		{"PaymentFailed", http.StatusPaymentRequired, CodePaymentFailed, map[string]any{"charge": "ch_failed"}, ErrPaymentFailed},
+		{"UnsupportedMediaType", http.StatusUnsupportedMediaType, "unsupported_media_type", nil, ErrInvalidRequest},
+		{"MethodNotAllowed", http.StatusMethodNotAllowed, "method_not_allowed", nil, ErrInvalidRequest},
 		{"Mismatch", http.StatusUnprocessableEntity, CodeIdempotencyKeyMismatch, nil, ErrMismatch},
 		{"Invalid", http.StatusBadRequest, "invalid_request", map[string]any{"errors": []FieldError{{Field: "amount", Message: "must be >= 1"}}}, ErrInvalidRequest},
 		{"KeyInvalid", http.StatusBadRequest, "idempotency_key_invalid", nil, ErrInvalidRequest},
@@ -260,7 +264,7 @@ func TestFinalErrorsAreTyped(t *testing.T) {
 			require.Nil(t, ch)
 			require.ErrorIs(t, err, tt.is)
 			require.NotErrorIs(t, err, ErrGaveUp)
-			for _, other := range []error{ErrDeclined, ErrMismatch, ErrInvalidRequest, ErrUnauthorized, ErrNotFound} {
+			for _, other := range []error{ErrDeclined, ErrPaymentFailed, ErrMismatch, ErrInvalidRequest, ErrUnauthorized, ErrNotFound, ErrUnresolved, ErrUnavailable} {
 				if other != tt.is {
 					require.NotErrorIs(t, err, other)
 				}
@@ -583,6 +587,15 @@ func TestErrorIs(t *testing.T) {
 		{&Error{Status: 404}, ErrNotFound, true},
 		{&Error{Status: 409}, ErrInProgress, true},
 		{&Error{Status: 503}, ErrUnavailable, true},
+		{&Error{Status: 503, Problem: Problem{Code: CodeDatabaseUnavailable}}, ErrUnavailable, true},
+		{&Error{Status: 503, Problem: Problem{Code: CodePaymentUnresolved}}, ErrUnavailable, false},
+		{&Error{Status: 503, Problem: Problem{Code: CodePaymentUnresolved}}, ErrUnresolved, true},
+		{&Error{Status: 503, Problem: Problem{Code: CodePSPUnavailable}}, ErrUnresolved, false},
+		{&Error{Status: 429}, ErrUnavailable, true},
+		{&Error{Status: 402, Problem: Problem{Code: CodePaymentFailed}}, ErrPaymentFailed, true},
+		{&Error{Status: 402, Problem: Problem{Code: CodePaymentFailed}}, ErrDeclined, false},
+		{&Error{Status: 402, Problem: Problem{Code: CodeCardDeclined}}, ErrPaymentFailed, false},
+		{&Error{Status: 415}, ErrInvalidRequest, true},
 		{&Error{Status: 500}, ErrUnavailable, false},
 		{&Error{Status: 404}, ErrGaveUp, false},
 	} {
@@ -591,4 +604,88 @@ func TestErrorIs(t *testing.T) {
 	e := &Error{Status: 402, Problem: Problem{Code: CodeCardDeclined, Detail: "declined\nby the PSP", Charge: "ch_x"}}
 	require.Equal(t, "402 card_declined: declined by the PSP (charge ch_x)", e.Error())
 	require.Equal(t, "502: Bad Gateway", (&Error{Status: 502}).Error())
+}
+
+// payment_unresolved stops the retries at once (only an operator can
+// change the answer, so retrying for MaxElapsed would only load the server)
+// but does not settle the intent: its outcome is unknown, and a later
+// ResumePending, once the operator resolved it, gets the final answer.
+func TestPaymentUnresolvedIsNotRetriedAndStaysJournaled(t *testing.T) {
+	t.Parallel()
+	journal := NewMemoryJournal()
+	resolved := false
+	var mu sync.Mutex
+	api := newFakeAPI(t, journal, func(w http.ResponseWriter, r *http.Request, _ int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if resolved {
+			writeProblem(w, http.StatusPaymentRequired, CodePaymentFailed, "resolved as failed by an operator", 0, map[string]any{"charge": "ch_1"})
+			return
+		}
+		writeProblem(w, http.StatusServiceUnavailable, CodePaymentUnresolved, "waiting for an operator", 0, nil)
+	})
+	c := newTestClient(t, api.srv.URL, func(cfg *Config) {
+		cfg.Journal = journal
+		cfg.MaxElapsed = time.Minute
+	})
+	start := time.Now()
+	_, err := c.Charge(context.Background(), visa)
+	require.ErrorIs(t, err, ErrUnresolved)
+	require.NotErrorIs(t, err, ErrGaveUp)
+	require.NotErrorIs(t, err, ErrUnavailable)
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.Len(t, api.requests(), 1, "not retried")
+	left, err := journal.List()
+	require.NoError(t, err)
+	require.Len(t, left, 1, "the outcome is unknown: the intent stays")
+
+	mu.Lock()
+	resolved = true
+	mu.Unlock()
+	results, err := c.ResumePending(context.Background())
+	require.NoError(t, err)
+	require.Len(t, results, 1)
+	require.ErrorIs(t, results[0].Err, ErrPaymentFailed)
+	require.Equal(t, left[0].Key, api.requests()[1].Key, "resumed under the same key")
+	left, err = journal.List()
+	require.NoError(t, err)
+	require.Empty(t, left)
+}
+
+// 503 database_unavailable and psp_unavailable, and 429, are retried with
+// the same key, each sleep at least the server's Retry-After.
+func TestRetryableUnavailableHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status int
+		code   string
+	}{
+		{http.StatusServiceUnavailable, CodeDatabaseUnavailable},
+		{http.StatusServiceUnavailable, CodePSPUnavailable},
+		{http.StatusTooManyRequests, ""},
+	} {
+		t.Run(tc.code+strconv.Itoa(tc.status), func(t *testing.T) {
+			t.Parallel()
+			api := newFakeAPI(t, nil, func(w http.ResponseWriter, r *http.Request, n int) {
+				if n < 3 {
+					writeProblem(w, tc.status, tc.code, "later", 7, nil)
+					return
+				}
+				writeCharge(w, http.StatusCreated, chargeBody("ch_1", visa), false)
+			})
+			c := newTestClient(t, api.srv.URL, func(cfg *Config) { cfg.MaxElapsed = time.Minute })
+			var waits []time.Duration
+			c.sleep = func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }
+			ch, err := c.Charge(context.Background(), visa)
+			require.NoError(t, err)
+			require.Equal(t, "ch_1", ch.ID)
+			require.Len(t, waits, 2)
+			for _, w := range waits {
+				require.GreaterOrEqual(t, w, 7*time.Second)
+			}
+			reqs := api.requests()
+			require.Len(t, reqs, 3)
+			require.Equal(t, reqs[0].Key, reqs[2].Key)
+		})
+	}
 }

@@ -15,12 +15,23 @@ var (
 	// ErrDeclined: 402 card_declined. The charge exists with status
 	// declined; its id is in Error.Problem.Charge. Final.
 	ErrDeclined = errors.New("card declined")
+	// ErrPaymentFailed: 402 payment_failed. The PSP refused the request for
+	// good; the charge exists with status failed, its id in
+	// Error.Problem.Charge and the PSP's reason in Error.Problem.Detail.
+	// Final: a new attempt to pay is a new intent.
+	ErrPaymentFailed = errors.New("payment failed")
+	// ErrUnresolved: 503 payment_unresolved. The server gave up finishing
+	// the request by itself and waits for an operator. Not retried (no
+	// retry can help until then), but not settled either: the outcome is
+	// unknown, so the intent stays in the journal, and a ResumePending after
+	// the operator resolved it gets the final answer.
+	ErrUnresolved = errors.New("payment unresolved: waiting for an operator")
 	// ErrMismatch: 422, the key was already used for a different request.
 	// Final: a new request needs a new intent.
 	ErrMismatch = errors.New("idempotency key used for a different request")
-	// ErrInvalidRequest: 400 (invalid body or key) or 413 (body too
-	// large). Final; nothing was stored, so a corrected request may reuse
-	// the key.
+	// ErrInvalidRequest: 400 (invalid body or key), 405 (method not
+	// allowed), 413 (body too large) or 415 (body not JSON). Final; nothing
+	// was stored, so a corrected request may reuse the key.
 	ErrInvalidRequest = errors.New("invalid request")
 	// ErrUnauthorized: 401, the API key is missing or unknown. Final.
 	ErrUnauthorized = errors.New("unauthorized")
@@ -29,7 +40,9 @@ var (
 	// ErrInProgress: 409, a request with the same key is still running.
 	// Retried; seen only wrapped in ErrGaveUp.
 	ErrInProgress = errors.New("request with this key in progress")
-	// ErrUnavailable: 503. Retried; seen only wrapped in ErrGaveUp.
+	// ErrUnavailable: 503 psp_unavailable or database_unavailable (or a
+	// 503 without a code, from a proxy), and 429. Retried no sooner than
+	// Retry-After; seen only wrapped in ErrGaveUp.
 	ErrUnavailable = errors.New("service unavailable")
 
 	// ErrGaveUp is wrapped, together with the last attempt's error, when
@@ -39,12 +52,16 @@ var (
 	ErrGaveUp = errors.New("gave up retrying")
 )
 
-// Problem codes of the contract that the client branches on.
+// Problem codes the client branches on. The API's codes are an open set:
+// a code not listed here is handled by its HTTP status.
 const (
 	CodeCardDeclined           = "card_declined"
+	CodePaymentFailed          = "payment_failed"
 	CodeIdempotencyKeyMismatch = "idempotency_key_mismatch"
 	CodeIdempotencyKeyInUse    = "idempotency_key_in_use"
 	CodePSPUnavailable         = "psp_unavailable"
+	CodeDatabaseUnavailable    = "database_unavailable"
+	CodePaymentUnresolved      = "payment_unresolved"
 )
 
 // FieldError names one invalid field of a request body.
@@ -63,7 +80,8 @@ type Problem struct {
 	Detail   string `json:"detail"`
 	Instance string `json:"instance,omitempty"`
 	Code     string `json:"code"`
-	// Charge is the declined charge's id (card_declined only).
+	// Charge is the id of the charge the request created, when the body is
+	// a problem (card_declined, payment_failed, psp_unavailable).
 	Charge string `json:"charge,omitempty"`
 	// RequestID finds the request in the server's logs.
 	RequestID string `json:"request_id,omitempty"`
@@ -115,10 +133,16 @@ func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrDeclined:
 		return e.Problem.Code == CodeCardDeclined || (e.Problem.Code == "" && e.Status == http.StatusPaymentRequired)
+	case ErrPaymentFailed:
+		return e.Problem.Code == CodePaymentFailed
 	case ErrMismatch:
 		return e.Problem.Code == CodeIdempotencyKeyMismatch || (e.Problem.Code == "" && e.Status == http.StatusUnprocessableEntity)
 	case ErrInvalidRequest:
-		return e.Status == http.StatusBadRequest || e.Status == http.StatusRequestEntityTooLarge
+		switch e.Status {
+		case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
+			return true
+		}
+		return false
 	case ErrUnauthorized:
 		return e.Status == http.StatusUnauthorized
 	case ErrNotFound:
@@ -126,14 +150,21 @@ func (e *Error) Is(target error) bool {
 	case ErrInProgress:
 		return e.Status == http.StatusConflict
 	case ErrUnavailable:
-		return e.Status == http.StatusServiceUnavailable
+		return (e.Status == http.StatusServiceUnavailable && e.Problem.Code != CodePaymentUnresolved) ||
+			e.Status == http.StatusTooManyRequests
+	case ErrUnresolved:
+		return e.Problem.Code == CodePaymentUnresolved
 	}
 	return false
 }
 
-// retryableStatus reports whether an answer with this status may change on
-// a retry with the same key: 409 (still running), 429 (rate limited) and 5xx
-// (nothing stored for replay, per the contract). Every other 4xx is final.
-func retryableStatus(status int) bool {
+// retryable reports whether an answer may change on a retry with the same
+// key soon: 409 (still running), 429 (rate limited) and 5xx (nothing stored
+// for replay), except payment_unresolved, which only an operator changes.
+// Every other 4xx is final.
+func retryable(status int, code string) bool {
+	if code == CodePaymentUnresolved {
+		return false
+	}
 	return status == http.StatusConflict || status == http.StatusTooManyRequests || status >= 500
 }

@@ -33,6 +33,10 @@ type outcome struct {
 	// retry says that the same request may still succeed or be answered
 	// differently: a network error, 409, 429 or 5xx.
 	retry bool
+	// unsettled says that an answer that is not retried is not final
+	// either: the outcome is unknown until someone else acts
+	// (payment_unresolved), so the intent must stay journaled.
+	unsettled bool
 	// retryAfter is the server's Retry-After, a lower bound for the sleep.
 	retryAfter time.Duration
 }
@@ -40,8 +44,9 @@ type outcome struct {
 // retry calls attempt until it succeeds or fails finally, sleeping between
 // attempts with full jitter, within Config.MaxElapsed and ctx. Attempts are
 // numbered from 1. settled reports that the last attempt was final (success
-// or an answer that retrying cannot change) rather than the loop giving up
-// or ctx ending.
+// or an answer that retrying cannot change) rather than the loop giving up,
+// ctx ending, or an answer that stops the retries without being final
+// (payment_unresolved).
 //
 // Whatever attempt sends, it sends it again: retry knows nothing of keys,
 // and is handed no way to make one.
@@ -57,7 +62,7 @@ func (c *Client) retry(ctx context.Context, attempt func(ctx context.Context, n 
 	for n := 1; ; n++ {
 		o := attempt(actx, n)
 		if o.err == nil || !o.retry {
-			return true, o.err
+			return !o.unsettled, o.err
 		}
 		last := o.err
 		if actx.Err() != nil && ctx.Err() == nil && prev != nil {

@@ -16,7 +16,12 @@ const APIURLDefault = "http://127.0.0.1:8080"
 const usage = `Usage:
   chargectl charge --amount N --currency CUR --payment-method PM [--description D] [--metadata K=V ...]
   chargectl get CHARGE_ID
-  chargectl resume
+  chargectl resume [--progress DUR]
+
+resume drives every journaled charge to its end and prints one line per
+charge: key, outcome (the charge's status, declined, failed, unresolved,
+unknown or error), charge id, and the server's status, code and detail. A
+progress line goes to stderr every --progress (default 5s; 0: none).
 
 Flags of every command (before or after it):
   --api-url URL      API base URL (env PHASEPAY_API_URL, default ` + APIURLDefault + `)
@@ -76,7 +81,9 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 			m.Params.Metadata[k] = v
 			return nil
 		})
-	case "get", "resume":
+	case "resume":
+		fs.DurationVar(&m.ProgressEvery, "progress", m.ProgressEvery, "pause between progress lines on stderr (0: none)")
+	case "get":
 	default:
 		return fmt.Errorf("unknown command %q: want charge, get or resume", m.Command)
 	}

@@ -93,9 +93,15 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		writeAnswer(w, s.status, s.answer)
 		return
 	}
-	if f.down.Load() {
+	// Per-intent states, chosen by payment method: pm_down is answered 503
+	// psp_unavailable for ever, pm_unresolved 503 payment_unresolved.
+	if f.down.Load() || bytes.Contains(body, []byte(`"pm_down"`)) {
 		w.Header().Set("Retry-After", "0")
 		problem(w, http.StatusServiceUnavailable, "psp_unavailable", "The payment service provider is unavailable.", nil)
+		return
+	}
+	if bytes.Contains(body, []byte(`"pm_unresolved"`)) {
+		problem(w, http.StatusServiceUnavailable, "payment_unresolved", "Waiting for an operator.", nil)
 		return
 	}
 	var p client.ChargeParams
@@ -106,10 +112,14 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	id := fmt.Sprintf("ch_%03d", len(f.stored)+1)
 	s := storedAnswer{body: body}
-	if p.PaymentMethod == "pm_card_chargeDeclined" {
+	switch p.PaymentMethod {
+	case "pm_card_chargeDeclined":
 		s.status, s.answer = http.StatusPaymentRequired, problemBody(http.StatusPaymentRequired, "card_declined",
 			"The payment service provider declined the card.", map[string]any{"charge": id})
-	} else {
+	case "pm_refused":
+		s.status, s.answer = http.StatusPaymentRequired, problemBody(http.StatusPaymentRequired, "payment_failed",
+			"The payment service provider refused the request: invalid account.", map[string]any{"charge": id})
+	default:
 		md := p.Metadata
 		if md == nil {
 			md = map[string]string{}
@@ -269,10 +279,8 @@ func TestEndToEnd(t *testing.T) {
 		api.down.Store(false)
 		resumed := runCLI(t, env, "resume")
 		require.Equal(t, 0, resumed.code, resumed.stderr)
-		require.Equal(t, 1, strings.Count(resumed.stdout, "\n"), "one compact line per charge")
-		var ch client.Charge
-		require.NoError(t, json.Unmarshal([]byte(resumed.stdout), &ch))
-		require.Equal(t, int64(700), ch.Amount)
+		require.Equal(t, keys[0]+"\tauthorized\tch_001\n", resumed.stdout, "one line per intent: key, outcome, charge")
+		require.Equal(t, "chargectl: resumed 1 intents: 1 authorized\n", resumed.stderr)
 		after := api.postedKeys()
 		require.Len(t, after, len(keys)+1)
 		require.Equal(t, keys[0], after[len(after)-1], "resume sends the original key")
@@ -281,5 +289,57 @@ func TestEndToEnd(t *testing.T) {
 		again := runCLI(t, env, "resume")
 		require.Equal(t, 0, again.code)
 		require.Empty(t, again.stdout, "nothing left to resume")
+	})
+
+	// ResumePrintsEachOutcome: every intent gets its line, with the status
+	// and code the server sent (a 503 stays a 503), and only the intents
+	// without a final answer stay journaled.
+	t.Run("ResumePrintsEachOutcome", func(t *testing.T) {
+		t.Parallel()
+		api, env := setup(t)
+		api.down.Store(true)
+		var keyOf []string // by payment method, in journal (creation) order
+		for _, pm := range []string{"pm_card_visa", "pm_card_chargeDeclined", "pm_refused", "pm_unresolved", "pm_down"} {
+			before := len(api.postedKeys())
+			res := runCLI(t, env, "charge", "--amount", "500", "--currency", "usd", "--payment-method", pm, "--max-elapsed", "100ms")
+			require.Equal(t, 1, res.code, "every charge is left without a final answer")
+			keyOf = append(keyOf, api.postedKeys()[before])
+		}
+		require.Equal(t, 5, journalFiles(t, env["PHASEPAY_JOURNAL"]))
+
+		api.down.Store(false)
+		res := runCLI(t, env, "resume", "--max-elapsed", "200ms")
+		require.Equal(t, 1, res.code, "not every intent succeeded")
+		lines := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
+		require.Len(t, lines, 5, res.stdout)
+		want := [][]string{
+			{keyOf[0], "authorized", "ch_001"},
+			{keyOf[1], "declined", "ch_002", "402 card_declined: The payment service provider declined the card."},
+			{keyOf[2], "failed", "ch_003", "402 payment_failed: The payment service provider refused the request: invalid account."},
+			{keyOf[3], "unresolved", "-", "503 payment_unresolved: Waiting for an operator. (kept: resume again once an operator resolved it)"},
+			{keyOf[4], "unknown", "-", "gave up retrying, last answer 503 psp_unavailable: The payment service provider is unavailable. (kept for the next resume)"},
+		}
+		for i, line := range lines {
+			require.Equal(t, want[i], strings.Split(line, "\t"))
+		}
+		require.Contains(t, res.stderr, "chargectl: resumed 5 intents: 1 authorized, 1 declined, 1 failed, 1 unresolved, 1 unknown\n")
+		require.Contains(t, res.stderr, "chargectl: 4 of 5 pending intents did not succeed")
+		require.Equal(t, 2, journalFiles(t, env["PHASEPAY_JOURNAL"]), "unresolved and unknown stay journaled")
+	})
+
+	// ResumeShowsProgress: while an intent is being retried, resume says
+	// so on stderr every --progress, so a long run is never silent.
+	t.Run("ResumeShowsProgress", func(t *testing.T) {
+		t.Parallel()
+		api, env := setup(t)
+		api.down.Store(true)
+		res := runCLI(t, env, "charge", "--amount", "1", "--currency", "usd", "--payment-method", "pm_down", "--max-elapsed", "50ms")
+		require.Equal(t, 1, res.code)
+		key := api.postedKeys()[0]
+
+		res = runCLI(t, env, "resume", "--max-elapsed", "600ms", "--progress", "100ms")
+		require.Equal(t, 1, res.code)
+		require.Contains(t, res.stderr, "chargectl: resume: 0 of 1 intents done; intent "+key+": attempt ")
+		require.Contains(t, res.stderr, ", last 503 psp_unavailable\n")
 	})
 }
