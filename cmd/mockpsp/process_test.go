@@ -139,17 +139,22 @@ func TestMockProcess(t *testing.T) {
 	// blind resend costs), while a lookup still finds the first.
 	t.Run("ForgetsKeyAfterTTL", func(t *testing.T) {
 		t.Parallel()
-		p := startProcess(t, bin, map[string]string{"MOCKPSP_KEY_TTL": "300ms"})
+		// Long enough that a loaded machine still replays within it.
+		const ttl = 2 * time.Second
+		p := startProcess(t, bin, map[string]string{"MOCKPSP_KEY_TTL": ttl.String()})
 		c := p.client(t)
 		req := visa(1)
 		req.FirstSend = true
 		first, err := c.AuthorizeOnce(t.Context(), req)
 		require.NoError(t, err)
+		// The mock's TTL runs from when it made the authorization, which
+		// is before its answer arrived here.
+		answered := time.Now()
 		again, err := c.AuthorizeOnce(t.Context(), req)
 		require.NoError(t, err)
 		require.Equal(t, first.Authorization.ID, again.Authorization.ID, "remembered")
 
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(time.Until(answered.Add(ttl + 100*time.Millisecond)))
 		blind, err := c.AuthorizeOnce(t.Context(), req)
 		require.NoError(t, err)
 		require.NotEqual(t, first.Authorization.ID, blind.Authorization.ID, "forgotten: a second authorization")

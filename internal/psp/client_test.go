@@ -657,9 +657,12 @@ func TestContextCancellation(t *testing.T) {
 
 	t.Run("DuringSend", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{Faults: Faults{LatencyMS: 2000}}, ClientConfig{}, nil)
 		ctx, cancel := context.WithCancel(t.Context())
-		time.AfterFunc(30*time.Millisecond, cancel)
+		// The caller leaves once the request has reached the PSP.
+		b := setupClient(t, MockConfig{Faults: Faults{LatencyMS: 2000}}, ClientConfig{}, func(_ int, _ http.ResponseWriter, _ *http.Request) bool {
+			cancel()
+			return false
+		})
 
 		start := time.Now()
 		out, err := b.client.AuthorizeOutcome(ctx, visaRequest("k1"))

@@ -3,13 +3,16 @@ package psp
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -80,6 +83,36 @@ func (s *breakingServer) serve(conn net.Conn) {
 	}
 }
 
+// connTrace makes the test deterministic: net/http puts a connection back
+// in its idle pool asynchronously, so a second request sent at once might
+// dial a new connection instead of reusing the one that will break.
+type connTrace struct {
+	idle   chan struct{} // receives when a connection goes back to the pool
+	reused atomic.Bool   // whether the last request got a reused connection
+}
+
+func newConnTrace() *connTrace { return &connTrace{idle: make(chan struct{}, 8)} }
+
+func (c *connTrace) ctx(ctx context.Context) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) { c.reused.Store(info.Reused) },
+		PutIdleConn: func(err error) {
+			if err == nil {
+				c.idle <- struct{}{}
+			}
+		},
+	})
+}
+
+func (c *connTrace) waitIdle(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.idle:
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "the connection never went back to the pool")
+	}
+}
+
 // drain reads the answer whole, which is what lets net/http put the
 // connection back in its pool for reuse.
 func drain(resp *http.Response) {
@@ -103,13 +136,17 @@ func TestTransportNeverResendsPSPRequests(t *testing.T) {
 		s := startBreakingServer(t)
 		tr := &http.Transport{}
 		t.Cleanup(tr.CloseIdleConnections)
-		for range 2 {
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url+"/v1/authorizations", bytes.NewReader([]byte(`{}`)))
+		trace := newConnTrace()
+		for i := range 2 {
+			req, err := http.NewRequestWithContext(trace.ctx(t.Context()), http.MethodPost, s.url+"/v1/authorizations", bytes.NewReader([]byte(`{}`)))
 			require.NoError(t, err)
 			req.Header.Set("Idempotency-Key", "ch_1:authorize")
 			resp, err := (&http.Client{Transport: tr}).Do(req)
 			require.NoError(t, err)
 			drain(resp)
+			if i == 0 {
+				trace.waitIdle(t)
+			}
 		}
 		require.Equal(t, int64(3), s.received.Load())
 	})
@@ -128,11 +165,14 @@ func TestTransportNeverResendsPSPRequests(t *testing.T) {
 			require.NoError(t, err)
 
 			req := visaRequest("ch_1:authorize")
-			out, err := c.AuthorizeOnce(t.Context(), req)
+			trace := newConnTrace()
+			out, err := c.AuthorizeOnce(trace.ctx(t.Context()), req)
 			require.NoError(t, err)
 			require.Equal(t, ClassSuccess, out.Class)
+			trace.waitIdle(t)
 
-			out, err = c.AuthorizeOnce(t.Context(), req)
+			out, err = c.AuthorizeOnce(trace.ctx(t.Context()), req)
+			require.True(t, trace.reused.Load(), "the case under test: a reused connection breaks")
 			require.ErrorIs(t, err, ErrUnavailable)
 			require.Equal(t, ClassUnknown, out.Class, "the connection broke after the request was sent")
 			require.Equal(t, int64(2), s.received.Load(), "exactly one request per call")
@@ -160,8 +200,12 @@ func TestTransportNeverResendsPSPRequests(t *testing.T) {
 			hc := newHTTPClient()
 			t.Cleanup(hc.CloseIdleConnections)
 			var errs []error
-			for range 2 {
-				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url+"/v1/authorizations", bytes.NewReader([]byte(`{}`)))
+			trace := newConnTrace()
+			for i := range 2 {
+				if i == 1 {
+					trace.waitIdle(t)
+				}
+				req, err := http.NewRequestWithContext(trace.ctx(t.Context()), http.MethodPost, s.url+"/v1/authorizations", bytes.NewReader([]byte(`{}`)))
 				require.NoError(t, err)
 				require.NotNil(t, req.GetBody)
 				req.Header.Set("Idempotency-Key", "ch_1:authorize")
