@@ -188,7 +188,7 @@ func (r *Reaper) complete(ctx context.Context, res *PassResult) error {
 	var (
 		wg  sync.WaitGroup
 		mu  sync.Mutex
-		max = min(r.cfg.BatchSize, r.cfg.Parallelism)
+		most = min(r.cfg.BatchSize, r.cfg.Parallelism)
 		// free holds one token per idle driving slot.
 		free = make(chan struct{}, r.cfg.Parallelism)
 	)
@@ -205,7 +205,7 @@ func (r *Reaper) complete(ctx context.Context, res *PassResult) error {
 		}
 		n := 1
 	more:
-		for n < max {
+		for n < most {
 			select {
 			case <-free:
 				n++
