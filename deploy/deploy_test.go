@@ -475,7 +475,7 @@ func TestPrometheusConfig(t *testing.T) {
 	assert.True(t, sawAlerts, "rule_files must load alerts.yaml")
 
 	targets := scrapeTargets(t, cfg)
-	for _, want := range []string{"api:8080", "reaper:9091", "otel-collector:8888"} {
+	for _, want := range []string{"api:9092", "reaper:9091", "otel-collector:8888"} {
 		assert.Contains(t, targets, want, "prometheus.yml scrape targets")
 	}
 }
@@ -594,7 +594,7 @@ func TestCollectorConfig(t *testing.T) {
 	scrape := dig[map[string]any](cfg.Receivers, "prometheus", "config")
 	require.NotNil(t, scrape, "receivers.prometheus.config")
 	targets := scrapeTargets(t, scrape)
-	assert.Contains(t, targets, "api:8080")
+	assert.Contains(t, targets, "api:9092") // METRICS_ADDR, not the API port
 	assert.Contains(t, targets, "reaper:9091")
 	promTargets := scrapeTargets(t, decodeYAML(t, prometheusFile))
 	for target := range targets {

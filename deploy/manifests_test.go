@@ -82,6 +82,11 @@ var contractEnv = []string{"DATABASE_URL", "API_ADDR", "PSP_URL", "MOCKPSP_ADDR"
 // (for the reaper, its /metrics listener).
 var listenEnv = map[string]string{"api": "API_ADDR", "reaper": "REAPER_METRICS_ADDR", "mockpsp": "MOCKPSP_ADDR"}
 
+// metricsEnv names, per binary, the variable of a /metrics listener other
+// than listenEnv's: the api serves /metrics on METRICS_ADDR when it is set,
+// and then no longer on its API port.
+var metricsEnv = map[string]string{"api": "METRICS_ADDR"}
+
 // thirdPartyImages are the images compose may run besides ours.
 var thirdPartyImages = []string{"postgres", "nginx", "otel/opentelemetry-collector-contrib", "prom/prometheus", "grafana/grafana"}
 
@@ -165,7 +170,8 @@ var loadCodeFacts = sync.OnceValues(func() (*codeFacts, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range regexp.MustCompile(`(?m)^\s*case "([a-z]+)":`).FindAllStringSubmatch(string(mainGo), -1) {
+	// The commands of main.go's table (name: "serve"), or of a switch.
+	for _, m := range regexp.MustCompile(`(?m)^\s*(?:case |name:\s*)"([a-z]+)"`).FindAllStringSubmatch(string(mainGo), -1) {
 		f.apiCommands = append(f.apiCommands, m[1])
 	}
 
@@ -608,6 +614,9 @@ func TestDockerfile(t *testing.T) {
 		if p, ok := c.listenPort(); ok {
 			ports[p] = true
 		}
+		if p, ok := c.metricsPort(); ok {
+			ports[p] = true
+		}
 	}
 	exposed := slices.Clone(img.exposed)
 	slices.Sort(exposed)
@@ -725,10 +734,24 @@ func (c appContainer) serves() bool {
 
 // listenPort is the port of the binary's listen variable, if set.
 func (c appContainer) listenPort() (int, bool) {
-	if !c.serves() {
+	return c.envPort(listenEnv[c.binary()])
+}
+
+// metricsPort is the port the binary serves /metrics on: its metricsEnv
+// variable's if set, else its listen port.
+func (c appContainer) metricsPort() (int, bool) {
+	if p, ok := c.envPort(metricsEnv[c.binary()]); ok {
+		return p, true
+	}
+	return c.listenPort()
+}
+
+// envPort is the port of the address in the variable name, if set.
+func (c appContainer) envPort(name string) (int, bool) {
+	if !c.serves() || name == "" {
 		return 0, false
 	}
-	v, ok := c.env[listenEnv[c.binary()]]
+	v, ok := c.env[name]
 	if !ok {
 		return 0, false
 	}
@@ -840,9 +863,13 @@ func checkAppContainer(t errReporter, facts *codeFacts, c appContainer) {
 		if c.system == "k8s" && !slices.Contains(slices.Collect(maps.Values(c.ports)), p) {
 			t.Errorf("%s: listens on %d (%s) but declares container ports %v", c.where, p, name, c.ports)
 		}
+		mp, _ := c.metricsPort()
+		if c.system == "k8s" && !slices.Contains(slices.Collect(maps.Values(c.ports)), mp) {
+			t.Errorf("%s: serves /metrics on %d (%s) but declares container ports %v", c.where, mp, metricsEnv[bin], c.ports)
+		}
 		for pn, declared := range c.ports {
-			if declared != p {
-				t.Errorf("%s: declares port %s=%d, but %s listens on %d", c.where, pn, declared, bin, p)
+			if declared != p && declared != mp {
+				t.Errorf("%s: declares port %s=%d, but %s listens on %d (and /metrics on %d)", c.where, pn, declared, bin, p, mp)
 			}
 		}
 	}
@@ -1191,6 +1218,19 @@ func TestCompose(t *testing.T) {
 		}
 		return ports, app, ok
 	}
+	// scraped is listening for the /metrics listeners.
+	scraped := func(host string) (ports []int, app bool, ok bool) {
+		services, ok := hosts[host]
+		for _, s := range services {
+			if c, isApp := apps[s]; isApp {
+				app = true
+				if p, ok := c.metricsPort(); ok {
+					ports = append(ports, p)
+				}
+			}
+		}
+		return ports, app, ok
+	}
 
 	var postgres, collector, proxy string
 	for _, name := range slices.Sorted(maps.Keys(cf.Services)) {
@@ -1317,7 +1357,7 @@ func TestCompose(t *testing.T) {
 		for _, target := range scrapeTargetsIn(t, file) {
 			host, port, err := net.SplitHostPort(target)
 			require.NoError(t, err, "%s target %s", file, target)
-			ports, app, ok := listening(host)
+			ports, app, ok := scraped(host)
 			if !assert.True(t, ok, "%s scrapes %s: no compose service or alias %q", file, target, host) || !app {
 				continue
 			}
@@ -1919,8 +1959,8 @@ func TestKubernetes(t *testing.T) {
 			}
 			// Scrape annotations point at the /metrics listener.
 			if port, ok := pod.Metadata.Annotations["prometheus.io/port"]; ok {
-				lp, _ := c.listenPort()
-				assert.Equal(t, strconv.Itoa(lp), port, "%s: prometheus.io/port vs %s", cw, listenEnv[c.binary()])
+				lp, _ := c.metricsPort()
+				assert.Equal(t, strconv.Itoa(lp), port, "%s: prometheus.io/port vs the /metrics listener", cw)
 				assert.Equal(t, "/metrics", pod.Metadata.Annotations["prometheus.io/path"], "%s: prometheus.io/path", cw)
 			}
 			switch {
