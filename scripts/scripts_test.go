@@ -4,7 +4,12 @@ package scripts_test
 
 import (
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -61,4 +66,64 @@ func TestEnsurePostgresAcceptsALiveServer(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Empty(t, strings.TrimSpace(string(out)))
+}
+
+// The curl `make run` prints must run as pasted, with curl alone (no
+// uuidgen, no command substitution), and show the response headers that
+// matter to a retrying client (Idempotent-Replayed, Retry-After).
+func TestRunDevCurlNeedsOnlyCurlAndShowsHeaders(t *testing.T) {
+	t.Parallel()
+	curl, err := exec.LookPath("curl")
+	require.NoError(t, err, "curl is needed to run the printed command")
+	bash, err := exec.LookPath("bash")
+	require.NoError(t, err)
+
+	script, err := os.ReadFile("run-dev")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(script), "cat <<MSG\n")
+	require.True(t, ok, "run-dev prints its message with cat <<MSG")
+	heredoc, _, ok := strings.Cut(rest, "\nMSG\n")
+	require.True(t, ok)
+	demoKey := regexp.MustCompile(`(?m)^demo_key=.*$`).FindString(string(script))
+	require.NotEmpty(t, demoKey, "run-dev makes the printed key itself")
+
+	var got http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		w.Header().Set("Idempotent-Replayed", "true")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"ch_1"}`))
+	}))
+	defer srv.Close()
+
+	// The message as make run prints it, for this server.
+	render := exec.Command(bash, "-c", demoKey+"\n"+"cat <<MSG\n"+heredoc+"\nMSG\n")
+	render.Env = []string{"api=" + srv.URL, "key=sk_test_1", "PATH=" + os.Getenv("PATH")}
+	render.Env = append(render.Env, "API_ADDR="+strings.TrimPrefix(srv.URL, "http://"))
+	msg, err := render.Output()
+	require.NoError(t, err)
+	_, cmdText, ok := strings.Cut(string(msg), "curl ")
+	require.True(t, ok, "the message shows a curl: %s", msg)
+	var lines []string
+	for _, l := range strings.Split("curl "+cmdText, "\n") {
+		lines = append(lines, strings.TrimSpace(l))
+		if !strings.HasSuffix(strings.TrimSpace(l), `\`) {
+			break
+		}
+	}
+	command := strings.Join(lines, "\n")
+	require.NotContains(t, command, "$(", "no command substitution: %s", command)
+	require.Regexp(t, `(^|\s)(-i|--include|-D -)(\s|$)`, command, "response headers are shown")
+
+	// Run it with nothing on PATH but curl.
+	bin := t.TempDir()
+	require.NoError(t, os.Symlink(curl, filepath.Join(bin, "curl")))
+	run := exec.Command(bash, "--norc", "-c", command)
+	run.Env = []string{"PATH=" + bin}
+	out, err := run.CombinedOutput()
+	require.NoError(t, err, "%s\n%s", command, out)
+	require.Contains(t, string(out), "Idempotent-Replayed: true")
+	require.Equal(t, "Bearer sk_test_1", got.Get("Authorization"))
+	require.True(t, strings.HasPrefix(got.Get("Idempotency-Key"), "demo-"), got.Get("Idempotency-Key"))
 }
