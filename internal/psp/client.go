@@ -237,7 +237,7 @@ func (a answer) unknown(ctx context.Context) error {
 		}
 		// %v: the exchange's error must not make a cancellation look like
 		// a PSP failure.
-		return fmt.Errorf("%w (%v)", err, a.err)
+		return fmt.Errorf("%w (%v)", err, cause)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
 }
