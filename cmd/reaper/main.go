@@ -26,6 +26,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/envconfig"
+	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/platform"
 	"github.com/phasepay/phasepay/internal/psp"
@@ -89,13 +90,13 @@ type Config struct {
 	DatabaseURL string // DATABASE_URL
 	// PSPURL is PSP_URL, required: the PSP's base URL, or PSPEmbedded for
 	// an in-process mock PSP with a ledger of its own (see Run).
-	PSPURL    string
-	Lease     time.Duration // LEASE: must match the API's
+	PSPURL string
+	Lease  time.Duration // LEASE: must match the API's
 	// RETRY_BASE, RETRY_MAX, GIVE_UP_AFTER: the retry schedule (must match
 	// the API's); see idempotency.Config.
 	RetryBase, RetryMax, GiveUpAfter time.Duration
-	Interval  time.Duration // REAPER_INTERVAL
-	Retention time.Duration // RETENTION
+	Interval                         time.Duration // REAPER_INTERVAL
+	Retention                        time.Duration // RETENTION
 	// MetricsAddr (REAPER_METRICS_ADDR, else METRICS_ADDR, the api's name
 	// for the same thing) serves /metrics; empty: none.
 	MetricsAddr string
@@ -232,7 +233,8 @@ func (m *Main) serveMetrics(h http.Handler) (stop func(), err error) {
 	m.mu.Unlock()
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// The API's connection limits: a scraper is a client like any other.
+	srv := httpapi.NewServer(mux, httpapi.ServerConfig{})
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.Logger.Error("metrics listener", "error", err.Error())
