@@ -94,7 +94,7 @@ func TestCheckAccepts(t *testing.T) {
 		{"invalid request problem", "POST", "/v1/charges", 400, problemCT,
 			problem(400, "invalid_request", `,"errors":[{"field":"amount","message":"must be >= 1"}],"request_id":"r1"`)},
 		{"missing key problem", "POST", "/v1/charges", 400, problemCT, problem(400, "idempotency_key_missing", "")},
-		{"unauthorized", "POST", "/v1/charges", 401, problemCT, problem(401, "unauthorized", "")},
+		{"unauthorized", "POST", "/v1/charges", 401, with(problemCT, "WWW-Authenticate", "Bearer"), problem(401, "unauthorized", "")},
 		{"declined", "POST", "/v1/charges", 402, problemCT,
 			problem(402, "card_declined", `,"charge":"ch_1"`)},
 		{"declined replayed", "POST", "/v1/charges", 402, with(problemCT, "Idempotent-Replayed", "true"),
