@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -32,6 +33,7 @@ type composeFile struct {
 
 type composeService struct {
 	Image           string         `yaml:"image"`
+	PullPolicy      string         `yaml:"pull_policy"`
 	Build           *composeBuild  `yaml:"build"`
 	Entrypoint      flexList       `yaml:"entrypoint"`
 	Command         flexList       `yaml:"command"`
@@ -227,7 +229,9 @@ func deref(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-func (s composeService) isApp() bool { return s.Image == appImage || s.Build != nil }
+func (s composeService) isApp() bool {
+	return s.Image == appImage || s.Image == composeImage || s.Build != nil
+}
 
 func composeAppContainers(t *testing.T, cf composeFile) []appContainer {
 	t.Helper()
@@ -313,7 +317,8 @@ func TestCompose(t *testing.T) {
 		s := cf.Services[name]
 		where := composePath + " service " + name
 		if s.isApp() {
-			assert.Equal(t, appImage, s.Image, "%s: image", where)
+			assert.Equal(t, composeImage, s.Image, "%s: image", where)
+			assert.Equal(t, "build", s.PullPolicy, "%s: pull_policy: compose builds the image, never pulls one", where)
 			if assert.NotNil(t, s.Build, "%s: build (for `up --build`)", where) {
 				ctx := filepath.Join(".", s.Build.Context)
 				_, err := os.Stat(filepath.Join(ctx, "go.mod"))
@@ -429,6 +434,7 @@ func TestCompose(t *testing.T) {
 	assert.Equal(t, "/etc/grafana/provisioning", gm["./grafana/provisioning"])
 	assert.Contains(t, gm, "./grafana/phasepay-dashboard.json")
 
+	scrapedServices := map[string][]string{}
 	for _, file := range []string{promConfigPath, collectorConfigPath} {
 		for _, target := range scrapeTargetsIn(t, file) {
 			host, port, err := net.SplitHostPort(target)
@@ -437,10 +443,24 @@ func TestCompose(t *testing.T) {
 			if !assert.True(t, ok, "%s scrapes %s: no compose service or alias %q", file, target, host) || !app {
 				continue
 			}
+			// A name shared by several replicas (a network alias) reaches
+			// one of them per scrape, so their series would mix.
+			assert.Len(t, hosts[host], 1, "%s scrapes %s, which names several replicas %v: list one target per replica", file, target, hosts[host])
+			scrapedServices[file] = append(scrapedServices[file], hosts[host]...)
 			p, _ := strconv.Atoi(port)
 			for _, lp := range ports {
 				assert.Equal(t, lp, p, "%s scrapes %s, but a service behind %q listens on %d", file, target, host, lp)
 			}
+		}
+	}
+
+	// Every replica that serves /metrics is scraped, by its own name.
+	for name, c := range apps {
+		if _, ok := c.metricsPort(); !ok || c.binary() == "mockpsp" {
+			continue
+		}
+		for _, file := range []string{promConfigPath, collectorConfigPath} {
+			assert.Contains(t, scrapedServices[file], name, "%s does not scrape replica %s", file, name)
 		}
 	}
 
@@ -550,4 +570,28 @@ func TestMakeComposeUp(t *testing.T) {
 	m := regexp.MustCompile(`(?m)^compose-up:.*\n((?:\t.*\n)+)`).FindStringSubmatch(mk)
 	require.NotNil(t, m, "compose-up target")
 	assert.Contains(t, m[1], "docker compose -f deploy/"+composePath+" up --build")
+}
+
+// Every application service of compose runs a command that exists in the
+// image deploy/Dockerfile builds: its entrypoint (the image's own, or the
+// service's) is a binary the runtime stage copies in, and an api service's
+// first argument is a subcommand of cmd/api. Compose builds that image
+// itself (pull_policy: build), so this is the image it runs.
+func TestComposeCommandsExistInTheImage(t *testing.T) {
+	img := dockerImage(t)
+	require.NotEmpty(t, img.binaries, "the Dockerfile copies no binary into "+binDir)
+	facts := codeFactsT(t)
+	apps := composeAppContainers(t, loadCompose(t))
+	require.NotEmpty(t, apps)
+	for _, c := range apps {
+		require.NotEmpty(t, c.entrypoint, "%s: no entrypoint", c.where)
+		exe := c.entrypoint[0]
+		assert.True(t, strings.HasPrefix(exe, binDir) && slices.Contains(img.binaries, strings.TrimPrefix(exe, binDir)),
+			"%s: runs %s, which the image does not contain (it has %v in %s)", c.where, exe, img.binaries, binDir)
+		if path.Base(exe) == "api" {
+			if assert.NotEmpty(t, c.args, "%s: api without a subcommand", c.where) {
+				assert.Contains(t, facts.apiCommands, c.args[0], "%s: api %s is not a subcommand of cmd/api", c.where, c.args[0])
+			}
+		}
+	}
 }

@@ -475,7 +475,7 @@ func TestPrometheusConfig(t *testing.T) {
 	assert.True(t, sawAlerts, "rule_files must load alerts.yaml")
 
 	targets := scrapeTargets(t, cfg)
-	for _, want := range []string{"api:9092", "reaper:9091", "otel-collector:8888"} {
+	for _, want := range []string{"api-1:9092", "api-2:9092", "reaper-1:9091", "reaper-2:9091", "otel-collector:8888"} {
 		assert.Contains(t, targets, want, "prometheus.yml scrape targets")
 	}
 }
@@ -594,8 +594,9 @@ func TestCollectorConfig(t *testing.T) {
 	scrape := dig[map[string]any](cfg.Receivers, "prometheus", "config")
 	require.NotNil(t, scrape, "receivers.prometheus.config")
 	targets := scrapeTargets(t, scrape)
-	assert.Contains(t, targets, "api:9092") // METRICS_ADDR, not the API port
-	assert.Contains(t, targets, "reaper:9091")
+	for _, want := range []string{"api-1:9092", "api-2:9092", "reaper-1:9091", "reaper-2:9091"} {
+		assert.Contains(t, targets, want) // one per replica; METRICS_ADDR, not the API port
+	}
 	promTargets := scrapeTargets(t, decodeYAML(t, prometheusFile))
 	for target := range targets {
 		assert.Contains(t, promTargets, target, "collector scrapes %s but prometheus.yml does not", target)

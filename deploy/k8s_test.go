@@ -147,8 +147,9 @@ type k8sWorkload struct {
 		Selector struct {
 			MatchLabels map[string]string `yaml:"matchLabels"`
 		} `yaml:"selector"`
-		Template     k8sPodTemplate `yaml:"template"`
-		BackoffLimit *int           `yaml:"backoffLimit"`
+		Template                k8sPodTemplate `yaml:"template"`
+		BackoffLimit            *int           `yaml:"backoffLimit"`
+		TTLSecondsAfterFinished *int           `yaml:"ttlSecondsAfterFinished"`
 	} `yaml:"spec"`
 }
 
@@ -562,7 +563,7 @@ func TestKubernetes(t *testing.T) {
 	if g := reaper.Spec.Template.Spec.TerminationGracePeriodSeconds; assert.NotNil(t, g, "reaper terminationGracePeriodSeconds") {
 		assert.Greater(t, time.Duration(*g)*time.Second, facts.shutdownTimeout, "reaper terminationGracePeriodSeconds")
 	}
-	assert.NotNil(t, set.workload("Job", "migrate"), "a migrate Job")
+	assert.NotNil(t, set.workload("Job", migrateJob), "a migrate Job")
 
 	// podsOf returns the workloads whose pods a selector matches.
 	podsOf := func(selector map[string]string) []*k8sWorkload {
@@ -664,4 +665,109 @@ func TestKustomizeBuild(t *testing.T) {
 		}
 	}
 	assert.Len(t, loadK8s(t).objects, n, "objects rendered by kubectl kustomize vs the files")
+}
+
+// migrateJob is the base's migrate Job: "migrate-" + its image's tag.
+const migrateJob = "migrate-latest"
+
+// releaseOverlay is the example overlay that pins a tag.
+const releaseOverlay = "overlays/release"
+
+// A Job's pod template is immutable, so a second `kubectl apply` of the same
+// Job name with a new image fails. The migrate Job therefore carries the
+// image's tag in its name: in the base, and in an overlay that sets a tag,
+// through the overlay's replacements (which kustomize runs after its images
+// transformer). Applying one release twice renders the same Job; a new
+// release renders a new one.
+func TestMigrateJobNameCarriesTheImageTag(t *testing.T) {
+	set := loadK8s(t)
+	job := set.workload("Job", migrateJob)
+	require.NotNil(t, job, "the migrate Job is named %s", migrateJob)
+	var image string
+	for _, c := range job.Spec.Template.Spec.Containers {
+		if c.Name == "migrate" {
+			image = c.Image
+		}
+	}
+	_, tag := imageRepo(image)
+	require.NotEmpty(t, tag, "the migrate container's image has a tag")
+	assert.Equal(t, "migrate-"+tag, migrateJob, "the Job's name is migrate-<image tag>")
+	if assert.NotNil(t, job.Spec.TTLSecondsAfterFinished, "finished Jobs are cleaned up") {
+		assert.Positive(t, *job.Spec.TTLSecondsAfterFinished)
+	}
+
+	// The overlay renames the Job from the tag it sets.
+	var overlay struct {
+		Resources []string `yaml:"resources"`
+		Images    []struct {
+			Name   string `yaml:"name"`
+			NewTag string `yaml:"newTag"`
+		} `yaml:"images"`
+		Replacements []struct {
+			Source struct {
+				Kind      string `yaml:"kind"`
+				Name      string `yaml:"name"`
+				FieldPath string `yaml:"fieldPath"`
+				Options   struct {
+					Delimiter string `yaml:"delimiter"`
+					Index     int    `yaml:"index"`
+				} `yaml:"options"`
+			} `yaml:"source"`
+			Targets []struct {
+				Select struct {
+					Kind string `yaml:"kind"`
+					Name string `yaml:"name"`
+				} `yaml:"select"`
+				FieldPaths []string `yaml:"fieldPaths"`
+				Options    struct {
+					Delimiter string `yaml:"delimiter"`
+					Index     int    `yaml:"index"`
+				} `yaml:"options"`
+			} `yaml:"targets"`
+		} `yaml:"replacements"`
+	}
+	kfile := filepath.Join(releaseOverlay, "kustomization.yaml")
+	b, err := os.ReadFile(kfile)
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(b, &overlay), kfile)
+	assert.Equal(t, []string{"../../" + k8sDir}, overlay.Resources, "%s builds on the base", kfile)
+	require.Len(t, overlay.Images, 1, kfile)
+	repo, _ := imageRepo(image)
+	assert.Equal(t, repo, overlay.Images[0].Name, kfile)
+	newTag := overlay.Images[0].NewTag
+	require.NotEmpty(t, newTag, kfile)
+	require.Len(t, overlay.Replacements, 1, "%s: the replacement that renames the migrate Job", kfile)
+	r := overlay.Replacements[0]
+	assert.Equal(t, "Job", r.Source.Kind, kfile)
+	assert.Equal(t, migrateJob, r.Source.Name, kfile)
+	assert.Equal(t, "spec.template.spec.containers.[name=migrate].image", r.Source.FieldPath, kfile)
+	assert.Equal(t, ":", r.Source.Options.Delimiter, kfile)
+	assert.Equal(t, 1, r.Source.Options.Index, "%s: the tag after the colon", kfile)
+	require.Len(t, r.Targets, 1, kfile)
+	assert.Equal(t, "Job", r.Targets[0].Select.Kind, kfile)
+	assert.Equal(t, migrateJob, r.Targets[0].Select.Name, kfile)
+	assert.Equal(t, []string{"metadata.name"}, r.Targets[0].FieldPaths, kfile)
+	assert.Equal(t, "-", r.Targets[0].Options.Delimiter, kfile)
+	assert.Equal(t, 1, r.Targets[0].Options.Index, "%s: the part after migrate-", kfile)
+
+	// Where kubectl is installed, render it: kustomize must run the
+	// overlay's images before its replacements for the name to follow.
+	if kubectl, err := exec.LookPath("kubectl"); err == nil {
+		out, err := exec.Command(kubectl, "kustomize", releaseOverlay).CombinedOutput()
+		require.NoError(t, err, "kubectl kustomize %s:\n%s", releaseOverlay, out)
+		var jobs []string
+		dec := yaml.NewDecoder(bytes.NewReader(out))
+		for {
+			var o k8sWorkload
+			if err := dec.Decode(&o); errors.Is(err, io.EOF) {
+				break
+			} else if !assert.NoError(t, err) {
+				break
+			}
+			if o.Kind == "Job" {
+				jobs = append(jobs, o.Metadata.Name+" "+o.Spec.Template.Spec.Containers[0].Image)
+			}
+		}
+		assert.Equal(t, []string{"migrate-" + newTag + " " + repo + ":" + newTag}, jobs)
+	}
 }
