@@ -410,7 +410,7 @@ func (s *Service) authorize(ctx context.Context, lease *idempotency.Lease, c *Ch
 	start := time.Now()
 	out, err := s.psp.AuthorizeOutcome(ctx, psp.AuthorizeRequest{
 		IdempotencyKey: PSPKey(c.ID),
-		FirstSend:      firstSend,
+		FirstSend:      firstSend || defectNoLookup,
 		Amount:         c.Amount,
 		Currency:       c.Currency,
 		PaymentMethod:  c.PaymentMethod,

@@ -7,3 +7,8 @@ package charges
 // attempt, takeover and reaper pass. A repeat after a crash therefore gets
 // the PSP's first answer instead of a second authorization.
 func PSPKey(chargeID string) string { return chargeID + ":authorize" }
+
+// defectNoLookup is false: every resend is preceded by a lookup by
+// reference (see authorize). Only the deliberately broken build
+// (pspkey_defect.go) sets it.
+const defectNoLookup = false
