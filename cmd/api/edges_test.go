@@ -375,17 +375,18 @@ func TestSlowBodyIsCutOffByTheAPI(t *testing.T) {
 	}()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
 	for i := 0; ; {
 		select {
 		case got := <-answer:
 			took := time.Since(start)
 			require.Empty(t, string(got), "disconnected, not answered")
 			require.GreaterOrEqual(t, took, bodyTimeout-50*time.Millisecond)
-			require.Less(t, took, bodyTimeout+2*time.Second)
+			require.Less(t, took, bodyTimeout+5*time.Second)
 			require.Zero(t, b.keyRows(t, "slow-1"))
 			require.Contains(t, b.logs.String(), "request body too slow")
 			return
-		case <-time.After(5 * time.Second):
+		case <-deadline:
 			require.FailNow(t, "the API still holds the slow client's connection")
 		case <-tick.C:
 			if i < len(visaBody)-1 { // never the last byte

@@ -93,9 +93,9 @@ func TestSlowBodyClientIsDisconnected(t *testing.T) {
 	addr := serve(t, readBody, short)
 	body := strings.Repeat("b", 1000) // 50 s at a byte per 50ms
 	headers := "POST /v1/charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
-	took := trickle(t, addr, headers, body, 5*time.Second)
+	took := trickle(t, addr, headers, body, 10*time.Second)
 	require.GreaterOrEqual(t, took, short.BodyTimeout-50*time.Millisecond, "cut off by the body timeout, not before")
-	require.Less(t, took, short.BodyTimeout+time.Second)
+	require.Less(t, took, short.BodyTimeout+5*time.Second)
 
 	// A body sent at once is read, and an answer slower than the body
 	// timeout is not cut short by it.
@@ -124,8 +124,8 @@ func TestSlowBodyClientIsDisconnected(t *testing.T) {
 func TestSlowHeaderClientIsDisconnected(t *testing.T) {
 	t.Parallel()
 	addr := serve(t, readBody, short)
-	took := trickle(t, addr, "GET /healthz HTTP/1.1\r\n", strings.Repeat("X-Slow: 1\r\n", 100), 5*time.Second)
-	require.Less(t, took, short.HeaderTimeout+time.Second)
+	took := trickle(t, addr, "GET /healthz HTTP/1.1\r\n", strings.Repeat("X-Slow: 1\r\n", 200), 10*time.Second)
+	require.Less(t, took, short.HeaderTimeout+5*time.Second)
 }
 
 // Idle keep-alive connections were never closed (500 of them were held).
@@ -148,12 +148,12 @@ func TestIdleKeepAliveConnectionIsClosed(t *testing.T) {
 	require.False(t, resp.Close, "a keep-alive connection")
 
 	start := time.Now()
-	require.NoError(t, conn.SetReadDeadline(time.Now().Add(5*time.Second)))
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
 	_, err = br.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "the server closes the idle connection")
 	took := time.Since(start)
 	require.GreaterOrEqual(t, took, short.IdleTimeout-50*time.Millisecond)
-	require.Less(t, took, short.IdleTimeout+time.Second)
+	require.Less(t, took, short.IdleTimeout+5*time.Second)
 }
 
 // Header size is bounded: net/http's default is 1 MiB per request.
