@@ -50,10 +50,10 @@ func TestServeWithoutPSPURLRefusesToStart(t *testing.T) {
 			t.Run(name+"/"+strings.Join(append([]string{"api"}, args...), " "), func(t *testing.T) {
 				t.Parallel()
 				code, stdout, stderr := runWithin(t, 10*time.Second, args, env)
-				require.NotZero(t, code)
+				require.Equal(t, 2, code, "bad configuration: %s", stderr)
 				require.Empty(t, stdout)
 				require.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
-				require.Contains(t, stderr, "PSP_URL")
+				require.True(t, strings.HasPrefix(stderr, "api: PSP_URL is required"), "%q", stderr)
 			})
 		}
 	}
@@ -61,6 +61,10 @@ func TestServeWithoutPSPURLRefusesToStart(t *testing.T) {
 	// migrate needs no PSP.
 	code, _, stderr := runWithin(t, time.Minute, []string{"migrate"}, map[string]string{"DATABASE_URL": dbURL})
 	require.Equal(t, 0, code, "stderr: %s", stderr)
+
+	// Main itself refuses too, for whatever runs it in-process.
+	err := (&Main{Config: Config{DatabaseURL: dbURL, Addr: "127.0.0.1:0"}}).Run(t.Context())
+	require.ErrorIs(t, err, ErrPSPURLRequired)
 }
 
 // rawRequest sends a request built by the test, with b's client, headers

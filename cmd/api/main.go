@@ -276,6 +276,11 @@ database (api migrate).`,
 			if len(inv.args) > 0 {
 				return usageErrorf("unexpected argument %q", inv.args[0])
 			}
+			if inv.cfg.PSPURL == "" {
+				// Bad configuration like ParseEnv's (exit 2), but only
+				// serve needs a PSP. Run refuses it too, for in-process use.
+				return fmt.Errorf("%w: %w", errConfig, ErrPSPURLRequired)
+			}
 			hook, err := chaosCrashHook(inv.getenv, inv.logger)
 			if err != nil {
 				return fmt.Errorf("%w: %w", errConfig, err)
