@@ -30,6 +30,12 @@ func (e *env) seed(ctx context.Context, tenantID int64, from, to int) error {
 	if to < from {
 		return nil
 	}
+	// Seeding 10 M keys takes minutes in two statements that report
+	// nothing until they end: say every few seconds that it is still going.
+	stop := e.heartbeat(seedProgressEvery, func(elapsed time.Duration) {
+		e.log("  seeding keys %d..%d: %s so far", from, to, elapsed.Round(time.Second))
+	})
+	defer stop()
 	// Two sessions, one per core.
 	mid := from + (to-from)/2
 	var (
@@ -120,4 +126,31 @@ func (e *env) growth(ctx context.Context, res *Results) error {
 			g.Keys, seedSecs, g.ClaimP50, g.ClaimP99, g.ReplayP50)
 	}
 	return nil
+}
+
+// seedProgressEvery is the pause between the seeding's progress lines.
+const seedProgressEvery = 10 * time.Second
+
+// heartbeat calls f with the time elapsed every interval until the
+// returned stop is called.
+func (e *env) heartbeat(every time.Duration, f func(elapsed time.Duration)) (stop func()) {
+	start := time.Now()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				f(time.Since(start))
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
