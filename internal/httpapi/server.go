@@ -134,9 +134,12 @@ func nameRoute(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r)
 		if pattern := chi.RouteContext(r.Context()).RoutePattern(); pattern != "" {
-			trace.SpanFromContext(r.Context()).SetName(r.Method + " " + pattern)
+			route := attribute.String("http.route", pattern)
+			span := trace.SpanFromContext(r.Context())
+			span.SetName(r.Method + " " + pattern)
+			span.SetAttributes(route)
 			if l, ok := otelhttp.LabelerFromContext(r.Context()); ok {
-				l.Add(attribute.String("http.route", pattern))
+				l.Add(route)
 			}
 		}
 	})
