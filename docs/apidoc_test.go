@@ -262,8 +262,12 @@ func TestNoLinkLeavesTheRepository(t *testing.T) {
 // a developer's machine.
 var outsideRef = regexp.MustCompile(`CONTRACT\.md|\.\./shared/|/work/|/Users/[a-z]`)
 
+// issueRef matches a citation of this project's issue tracker by number
+// ("issue 4"), which says nothing to a reader of the repository alone.
+var issueRef = regexp.MustCompile(`(?i)\bissues? #?[0-9]+\b`)
+
 // No file of the repository (docs, code comments, manifests, scripts)
-// sends its reader to a file outside it.
+// sends its reader to a file outside it, or to an issue by its number.
 func TestNoFileCitesFilesOutsideTheRepository(t *testing.T) {
 	t.Parallel()
 	err := filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
@@ -291,6 +295,7 @@ func TestNoFileCitesFilesOutsideTheRepository(t *testing.T) {
 		}
 		for i, line := range strings.Split(string(b), "\n") {
 			require.False(t, outsideRef.MatchString(line), "%s:%d cites a file outside the repository: %s", path, i+1, strings.TrimSpace(line))
+			require.False(t, issueRef.MatchString(line), "%s:%d cites an issue by number; say what the thing is: %s", path, i+1, strings.TrimSpace(line))
 		}
 		return nil
 	})
