@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -126,4 +127,49 @@ func TestRunDevCurlNeedsOnlyCurlAndShowsHeaders(t *testing.T) {
 	require.Contains(t, string(out), "Idempotent-Replayed: true")
 	require.Equal(t, "Bearer sk_test_1", got.Get("Authorization"))
 	require.True(t, strings.HasPrefix(got.Get("Idempotency-Key"), "demo-"), got.Get("Idempotency-Key"))
+}
+
+// go.mod's go line is a floor every importer of the module inherits, so it
+// must be no higher than what the build really needs: the newest go line
+// among the modules whose packages the repository compiles (our own code
+// uses 1.26 API too, errors.AsType). A go line raised past that, such as a
+// patch release copied from the developer's toolchain, fails here.
+func TestGoLineIsTheOldestTheModuleNeeds(t *testing.T) {
+	t.Parallel()
+	gomod, err := os.ReadFile("../go.mod")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(gomod)
+	require.NotNil(t, m, "go.mod has a go line")
+	declared := string(m[1])
+
+	cmd := exec.Command("go", "list", "-deps", "-test", "-f", "{{with .Module}}{{if not .Main}}{{.GoVersion}}{{end}}{{end}}", "./...")
+	cmd.Dir = ".."
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	newest := "1.0"
+	for _, v := range strings.Fields(string(out)) {
+		if semverLess(newest, v) {
+			newest = v
+		}
+	}
+	require.False(t, semverLess(declared, newest) || semverLess(newest, declared),
+		"go.mod says go %s; the newest go line of the dependencies is %s", declared, newest)
+}
+
+// semverLess compares Go versions such as 1.25, 1.25.0 and 1.26.8.
+func semverLess(a, b string) bool {
+	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < max(len(pa), len(pb)); i++ {
+		var x, y int
+		if i < len(pa) {
+			x, _ = strconv.Atoi(pa[i])
+		}
+		if i < len(pb) {
+			y, _ = strconv.Atoi(pb[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
 }
