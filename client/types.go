@@ -45,7 +45,14 @@ const (
 	StatusPending    ChargeStatus = "pending"
 	StatusAuthorized ChargeStatus = "authorized"
 	StatusDeclined   ChargeStatus = "declined"
+	// StatusFailed: the PSP refused the request for good (402
+	// payment_failed); no money moved.
+	StatusFailed ChargeStatus = "failed"
 )
+
+// Statuses are an open set, like the API's problem codes: a later API may
+// add one, which a client should treat as "not authorized" rather than
+// reject.
 
 // Charge is the charge object of the API.
 type Charge struct {
