@@ -36,6 +36,8 @@ func (p ChargeParams) clone() ChargeParams {
 }
 
 // ChargeStatus is where a charge stands with the payment service provider.
+// An open set, like the API's problem codes: a later API may add a status,
+// which a client should treat as "not authorized", not as an error.
 type ChargeStatus string
 
 // The statuses of a charge.
@@ -49,10 +51,6 @@ const (
 	// payment_failed); no money moved.
 	StatusFailed ChargeStatus = "failed"
 )
-
-// Statuses are an open set, like the API's problem codes: a later API may
-// add one, which a client should treat as "not authorized" rather than
-// reject.
 
 // Charge is the charge object of the API.
 type Charge struct {
