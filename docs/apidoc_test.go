@@ -308,3 +308,29 @@ func readFile(t *testing.T, path string) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// operatorRow matches an operator command of api.md's table:
+// | `bin/api keys list --tenant NAME` |.
+var operatorRow = regexp.MustCompile("(?m)^\\| `bin/api ([a-z]+) ([a-z]+)")
+
+// Every operator command api.md lists is a command of bin/api: both words
+// name entries of cmd/api's command tables.
+func TestOperatorCommandsInAPIDocExist(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join(repoRoot, "cmd", "api", "*.go"))
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		for _, m := range regexp.MustCompile(`name:\s*"([a-z]+)"`).FindAllStringSubmatch(readFile(t, f), -1) {
+			names[m[1]] = true
+		}
+	}
+	rows := operatorRow.FindAllStringSubmatch(readDoc(t, "api.md"), -1)
+	require.NotEmpty(t, rows, "api.md lists no operator commands")
+	for _, m := range rows {
+		require.True(t, names[m[1]] && names[m[2]], "api.md lists `bin/api %s %s`, which cmd/api does not have", m[1], m[2])
+	}
+}
