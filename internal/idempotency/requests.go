@@ -62,7 +62,7 @@ const viewColumns = `tenant_id, key, request_method, request_path,
        recovery_point, attempts, next_attempt_at, coalesce(last_error, ''), response_status,
        coalesce(object_id, ''), created_at, finished_at`
 
-// viewStateSQL filters on a view state ($n = '' for any), spelled as the
+// viewStateSQL filters on a view state ($n empty for any), spelled as the
 // CASE above.
 func viewStateSQL(n int) string {
 	p := fmt.Sprintf("$%d", n)

@@ -186,8 +186,8 @@ func (r *Reaper) RunOnce(ctx context.Context) (*PassResult, error) {
 // this reaper holds is finished or released, never dropped half way.
 func (r *Reaper) complete(ctx context.Context, res *PassResult) error {
 	var (
-		wg  sync.WaitGroup
-		mu  sync.Mutex
+		wg   sync.WaitGroup
+		mu   sync.Mutex
 		most = min(r.cfg.BatchSize, r.cfg.Parallelism)
 		// free holds one token per idle driving slot.
 		free = make(chan struct{}, r.cfg.Parallelism)
