@@ -7,6 +7,11 @@ export MOCKPSP_ADDR ?= 127.0.0.1:8090
 
 BINARIES := bin/api bin/reaper bin/mockpsp
 
+# CLIENT is the Go client, a module of its own (client/go.mod, for an older Go
+# than the server needs) that go.mod requires through a replace: ./... does
+# not reach into it, so every target names it too.
+CLIENT := github.com/phasepay/phasepay/client/...
+
 .PHONY: all build run test fuzz vet lint pg pg-test chaos bench clean
 
 all: build
@@ -34,7 +39,7 @@ run: build pg
 
 ## test: every test against a real PostgreSQL, with -race, plus vet, lint and a short fuzz of the parsers
 test: pg-test vet lint
-	$(GO) test -race -count=1 -timeout 9m ./...
+	$(GO) test -race -count=1 -timeout 9m ./... $(CLIENT)
 	$(MAKE) --no-print-directory fuzz
 
 FUZZTIME ?= 5s
@@ -60,14 +65,13 @@ compose-up:
 	docker compose -f deploy/docker-compose.yml up --build
 
 vet:
-	$(GO) vet ./...
+	$(GO) vet ./... $(CLIENT)
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
-## lint: staticcheck (pinned by the tool directive in go.mod), and package client vetted at the oldest Go it supports
-CLIENT_GO := 1.24.0
+## lint: staticcheck (pinned by the tool directive in go.mod); the client module on its own, at the Go its go.mod declares
 lint:
-	$(GO) tool staticcheck ./...
-	@scripts/check-client-go $(CLIENT_GO)
+	$(GO) tool staticcheck ./... $(CLIENT)
+	cd client && GOTOOLCHAIN=local GOFLAGS=-mod=readonly $(GO) vet ./... && GOTOOLCHAIN=local GOFLAGS=-mod=readonly $(GO) build ./...
 
 clean:
 	rm -rf bin

@@ -551,12 +551,14 @@ func TestConcurrentCharges(t *testing.T) {
 	ids := make([]string, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			ch, err := c.Charge(context.Background(), visa)
 			if err == nil {
 				ids[i] = ch.ID
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	seen := map[string]bool{}

@@ -103,7 +103,9 @@ func TestFileJournal(t *testing.T) {
 		done := make(chan struct{})
 		errs := make(chan error, 16)
 		for w := range writers {
-			wg.Go(func() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
 				for r := range rounds {
 					p := visa
 					p.Amount = int64(r + 1)
@@ -113,11 +115,13 @@ func TestFileJournal(t *testing.T) {
 						return
 					}
 				}
-			})
+			}()
 		}
 		var readers sync.WaitGroup
 		for range 2 {
-			readers.Go(func() {
+			readers.Add(1)
+			go func() {
+				defer readers.Done()
 				for {
 					select {
 					case <-done:
@@ -136,7 +140,7 @@ func TestFileJournal(t *testing.T) {
 						}
 					}
 				}
-			})
+			}()
 		}
 		wg.Wait()
 		close(done)

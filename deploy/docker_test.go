@@ -282,7 +282,7 @@ func TestDockerignore(t *testing.T) {
 
 	// Nothing the three binaries compile or embed is left out of the context.
 	facts := codeFactsT(t)
-	needed := []string{"go.mod", "go.sum"}
+	needed := []string{"go.mod", "go.sum", "client/go.mod", "client/go.sum"}
 	for _, files := range facts.files {
 		needed = append(needed, files...)
 	}

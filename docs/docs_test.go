@@ -19,8 +19,14 @@ import (
 const repoRoot = ".."
 
 // testCommand matches a test citation in pitfalls.md, exactly as a reader
-// would paste it: go test ./path/ -run '^TestName$'
-var testCommand = regexp.MustCompile(`go test (\./[^\s]*) -run '\^(Test\w+)\$'`)
+// would paste it: go test ./path/ -run '^TestName$', or, for the client
+// module (a module of its own, which ./path does not reach from the root),
+// go test github.com/phasepay/phasepay/client -run '^TestName$'.
+var testCommand = regexp.MustCompile(`go test (\./[^\s]*|` + regexp.QuoteMeta(modulePath) + `/[^\s]*) -run '\^(Test\w+)\$'`)
+
+// modulePath is the repository's module path; a package cited by import
+// path lives in the directory after it.
+const modulePath = "github.com/phasepay/phasepay"
 
 type citation struct {
 	pkg, test string
@@ -42,7 +48,11 @@ func citations(t *testing.T) []citation {
 			continue
 		}
 		for _, m := range testCommand.FindAllStringSubmatch(line, -1) {
-			out = append(out, citation{pkg: m[1], test: m[2], section: section})
+			pkg := m[1]
+			if rest, ok := strings.CutPrefix(pkg, modulePath+"/"); ok {
+				pkg = "./" + rest
+			}
+			out = append(out, citation{pkg: pkg, test: m[2], section: section})
 		}
 	}
 	return out
