@@ -30,6 +30,19 @@ const (
 	retryDatabaseUnavailable = 2
 )
 
+// retryAfterError is an error that says how long to wait (Retry-After).
+type retryAfterError interface {
+	error
+	RetryAfterSeconds() int
+}
+
+// objectError is an error that names the object (a charge) the request
+// created before it stopped, for the problem's charge member.
+type objectError interface {
+	error
+	Object() string
+}
+
 // problemFor is the one table from errors to the contract's statuses and
 // codes. Anything not listed is an internal error: logged, and answered
 // with a generic 500 that leaks nothing.
@@ -72,12 +85,23 @@ func problemFor(err error) problem.Problem {
 			"The database is unavailable. Retry with the same Idempotency-Key after Retry-After: the request resumes where it stopped.")
 		p.RetryAfter = retryDatabaseUnavailable
 		return p
-	case errors.Is(err, charges.ErrPSPUnavailable):
+	case errors.Is(err, charges.ErrPSPUnavailable), errors.Is(err, idempotency.ErrNotDue):
 		p := problem.New(http.StatusServiceUnavailable, problem.PSPUnavailable,
-			"The payment service provider is unavailable. Retry with the same Idempotency-Key: the charge resumes where it stopped.")
+			"The payment service provider's answer is not known yet. Retry with the same Idempotency-Key after Retry-After: the request resumes where it stopped.")
 		p.RetryAfter = retryPSPUnavailable
+		if ra, ok := errors.AsType[retryAfterError](err); ok {
+			p.RetryAfter = ra.RetryAfterSeconds()
+		}
+		if o, ok := errors.AsType[objectError](err); ok {
+			p.Charge = o.Object()
+		}
 		return p
-	case errors.Is(err, charges.ErrNotFound), errors.Is(err, errRouteNotFound):
+	case errors.Is(err, idempotency.ErrUnresolved):
+		return problem.New(http.StatusServiceUnavailable, problem.PaymentUnresolved,
+			"This request could not be completed automatically and is waiting for an operator. Retrying will not help until it is resolved.")
+	case errors.Is(err, errListParams):
+		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
+	case errors.Is(err, charges.ErrNotFound), errors.Is(err, idempotency.ErrNotFound), errors.Is(err, errRouteNotFound):
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such resource.")
 	case errors.Is(err, errMethodNotAllowed):
 		return problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "Method not allowed on this resource.")
