@@ -367,8 +367,14 @@ func TestPSPUnavailableIs503AndResumes(t *testing.T) {
 	require.Equal(t, "pending", pending.Status)
 	require.Nil(t, pending.PSPReference, "no PSP answer yet")
 
-	// A 503 is not stored: the retry resumes at charge_created.
+	// A 503 is not stored: the retry resumes at charge_created, once its
+	// next attempt is due; before that it is told to wait, and nothing is
+	// sent.
 	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	early := b.post(t, key, visaBody)
+	requireProblem(t, early, http.StatusServiceUnavailable, "psp_unavailable")
+	require.Empty(t, b.psp.Authorizations())
+	waitRetryAfter(t, early)
 	retry := b.post(t, key, visaBody)
 	require.Equal(t, http.StatusCreated, retry.status, "body: %s", retry.body)
 	require.Empty(t, retry.header.Values("Idempotent-Replayed"), "a resumed run is not a replay of a stored answer")
@@ -395,16 +401,29 @@ func TestLostPSPResponseNeverChargesTwice(t *testing.T) {
 	b := setup(t)
 	const key = "lost-1"
 
-	// The PSP authorizes, then hangs up before answering, every time.
+	// The PSP authorizes, then hangs up before answering, every time; the
+	// request's own lookup by reference finds the authorization: 201 at
+	// once, and nothing sent twice.
 	require.NoError(t, b.psp.SetFaults(psp.Faults{DropRate: 1}))
+	found := b.post(t, "lost-found", visaBody)
+	require.Equal(t, http.StatusCreated, found.status, "body: %s", found.body)
+	fc := decodeCharge(t, found.body)
+	fl := b.ledgerFor(fc.ID)
+	require.Len(t, fl, 1)
+	require.Equal(t, 1, fl[0].Attempts, "found by lookup, not sent again")
+	require.Equal(t, fl[0].ID, *fc.PSPReference)
+
+	// Now the lookups fail too: the outcome stays unknown, 503.
+	require.NoError(t, b.psp.SetFaults(psp.Faults{DropRate: 1, LookupErrorRate: 1}))
 	r := b.post(t, key, visaBody)
 	requireProblem(t, r, http.StatusServiceUnavailable, "psp_unavailable")
 	requireRetryAfter(t, r)
-	lost := b.psp.Authorizations()
+	lost := b.ledgerFor(requireProblem(t, r, http.StatusServiceUnavailable, "psp_unavailable").Charge)
 	require.Len(t, lost, 1, "the PSP did authorize; only its answer was lost")
 	require.Equal(t, "charge_created", b.keyState(t, key).RecoveryPoint)
 
 	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	waitRetryAfter(t, r)
 	retry := b.post(t, key, visaBody)
 	require.Equal(t, http.StatusCreated, retry.status, "body: %s", retry.body)
 	c := decodeCharge(t, retry.body)
@@ -412,9 +431,9 @@ func TestLostPSPResponseNeverChargesTwice(t *testing.T) {
 
 	ledger := b.ledgerFor(c.ID)
 	require.Len(t, ledger, 1, "never charged twice")
-	require.Len(t, b.psp.Authorizations(), 1)
+	require.Len(t, b.psp.Authorizations(), 2, "one per charge")
 	require.Equal(t, c.ID+":authorize", ledger[0].IdempotencyKey)
-	require.GreaterOrEqual(t, ledger[0].Attempts, 2)
+	require.Equal(t, lost[0].Attempts, ledger[0].Attempts, "the resumed attempt looked it up instead of sending it again")
 	require.Equal(t, lost[0].ID, *c.PSPReference, "the retry must pick up the first authorization")
 	require.Equal(t, 1, b.chargeRows(t, key))
 }
