@@ -8,17 +8,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ErrUnknownTenant: no tenant has that name.
-var ErrUnknownTenant = errors.New("unknown tenant")
-
 const tenantByNameSQL = `SELECT id, name FROM tenants WHERE name = $1`
 
-// ByName returns the tenant called name, or ErrUnknownTenant.
+// ByName returns the tenant called name, or ErrTenantNotFound.
 func ByName(ctx context.Context, q DBTX, name string) (Tenant, error) {
 	var t Tenant
 	err := q.QueryRow(ctx, tenantByNameSQL, name).Scan(&t.ID, &t.Name)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Tenant{}, fmt.Errorf("tenant %q: %w", name, ErrUnknownTenant)
+		return Tenant{}, fmt.Errorf("tenant %q: %w", name, ErrTenantNotFound)
 	}
 	if err != nil {
 		return Tenant{}, fmt.Errorf("tenant %q: %w", name, err)
@@ -29,9 +26,7 @@ func ByName(ctx context.Context, q DBTX, name string) (Tenant, error) {
 const tenantNamesSQL = `SELECT id, name FROM tenants WHERE id = ANY($1)`
 
 // Names returns the names of the tenants with the given ids.
-func Names(ctx context.Context, q interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, ids []int64) (map[int64]string, error) {
+func Names(ctx context.Context, q DBTX, ids []int64) (map[int64]string, error) {
 	rows, err := q.Query(ctx, tenantNamesSQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("tenant names: %w", err)
