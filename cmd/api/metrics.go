@@ -1,10 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"net"
 	"net/http"
 
 	"github.com/phasepay/phasepay/internal/httpapi"
@@ -15,23 +11,14 @@ import (
 // (METRICS_ADDR). It has the API's connection limits: a scraper is a client
 // like any other.
 func (m *Main) serveMetrics(h http.Handler) (stop func(), err error) {
-	ln, err := net.Listen("tcp", m.Config.MetricsAddr)
+	addr, stop, err := httpapi.ServeMetrics(m.Config.MetricsAddr, h, m.Logger)
 	if err != nil {
-		return nil, fmt.Errorf("metrics listener: %w", err)
+		return nil, err
 	}
 	m.mu.Lock()
-	m.metricsAddr = ln.Addr().String()
+	m.metricsAddr = addr
 	m.mu.Unlock()
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", h)
-	srv := httpapi.NewServer(mux, httpapi.ServerConfig{})
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.Logger.Error("metrics listener", "error", err.Error())
-		}
-	}()
-	m.Logger.Info("metrics listening", "addr", ln.Addr().String())
-	return func() { _ = srv.Shutdown(context.Background()) }, nil
+	return stop, nil
 }
 
 // MetricsAddr returns the metrics listener's address once Run serves it

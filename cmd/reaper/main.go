@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -224,23 +223,14 @@ func (m *Main) Run(ctx context.Context) error {
 }
 
 func (m *Main) serveMetrics(h http.Handler) (stop func(), err error) {
-	ln, err := net.Listen("tcp", m.Config.MetricsAddr)
+	addr, stop, err := httpapi.ServeMetrics(m.Config.MetricsAddr, h, m.Logger)
 	if err != nil {
-		return nil, fmt.Errorf("metrics listener: %w", err)
+		return nil, err
 	}
 	m.mu.Lock()
-	m.metricsAddr = ln.Addr().String()
+	m.metricsAddr = addr
 	m.mu.Unlock()
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", h)
-	// The API's connection limits: a scraper is a client like any other.
-	srv := httpapi.NewServer(mux, httpapi.ServerConfig{})
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.Logger.Error("metrics listener", "error", err.Error())
-		}
-	}()
-	return func() { _ = srv.Shutdown(context.Background()) }, nil
+	return stop, nil
 }
 
 // MetricsAddr returns the metrics listener's address once Run serves it.

@@ -2,9 +2,13 @@ package httpapi
 
 import (
 	"cmp"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -108,4 +112,25 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 		err = errors.Join(errBodyTimeout, err)
 	}
 	return n, err
+}
+
+// ServeMetrics serves GET /metrics (h) on a listener of its own at addr
+// (METRICS_ADDR), so that a public API port does not expose the process's
+// internals. It has the API's connection limits: a scraper is a client like
+// any other. It returns the address it listens on and a stop function.
+func ServeMetrics(addr string, h http.Handler, log *slog.Logger) (bound string, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	srv := NewServer(mux, ServerConfig{})
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener", "error", err.Error())
+		}
+	}()
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	return ln.Addr().String(), func() { _ = srv.Shutdown(context.Background()) }, nil
 }
