@@ -156,7 +156,11 @@ func NewURL(t testing.TB) string {
 
 // ensurePartitionsSQL is idempotency.EnsurePartitions's statement by the real
 // clock (testdb cannot import the package whose tests use it).
-const ensurePartitionsSQL = `SELECT idempotency_keys_ensure_partitions((now() AT TIME ZONE 'UTC')::date - 1, 5)`
+// The events tables (migrations/00011) are partitioned by day too.
+const ensurePartitionsSQL = `SELECT idempotency_keys_ensure_partitions((now() AT TIME ZONE 'UTC')::date - 1, 5),
+       (SELECT sum(phasepay_ensure_day_partitions(t, c, (now() AT TIME ZONE 'UTC')::date - 1, 5))
+          FROM (VALUES ('events', 'created_at'), ('webhook_deliveries', 'event_created_at'),
+                       ('webhook_attempts', 'event_created_at')) AS p (t, c))`
 
 // Admin returns the connection string of the server's maintenance database,
 // failing the test if no server can be found. The search runs once per
