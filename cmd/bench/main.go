@@ -34,6 +34,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "bench/results", "directory for the JSON results")
 	quick := fs.Bool("quick", false, "small sizes, for a smoke run")
 	steps := fs.String("steps", "", "comma-separated step name prefixes to run (default all)")
+	fs.IntVar(&cfg.Reps, "reps", 2, "runs of each compared load, alternated with the other's (A B A B for 2); medians are reported")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: bench [flags]\n\n`make bench`: phasepay against PostgreSQL's own limits on this machine. Prints\na Markdown table and writes the results as JSON.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -67,6 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cfg.Duration = 2 * time.Second
 		cfg.GrowthSizes = []int{0, 100_000}
 		cfg.RetentionRows = 100_000
+		cfg.RowsPerDay = 2_000
 	}
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {

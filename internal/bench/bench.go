@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,13 +19,10 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/phasepay/phasepay/internal/charges"
 )
 
 // Config configures a run.
@@ -52,6 +48,17 @@ type Config struct {
 	// Steps, if set, runs only the steps whose names start with one of
 	// these (e.g. "new" for the loads alone, while profiling).
 	Steps []string
+	// Reps is how many times each of two compared loads runs, alternating
+	// (A B A B for 2): this machine's disk-sync speed swings within
+	// minutes, so a ratio is only fair between neighbouring runs, and a
+	// median only over several. Default 2.
+	Reps int
+	// Partitions are the daily-partition counts of the claim measurement.
+	// Default 1, 7, 30.
+	Partitions []int
+	// RowsPerDay are the keys stored in each day of that measurement.
+	// Default 20,000.
+	RowsPerDay int
 }
 
 // Results is everything one run measured.
@@ -71,7 +78,15 @@ type Results struct {
 	Growth              []Growth     `json:"growth"`
 	Retention           Retention    `json:"retention"`
 	Micro               []string     `json:"go_micro_benchmarks"`
-	Targets             []Target     `json:"targets"`
+	// Alternations is Config.Reps: every load compared with a baseline is
+	// the median of this many runs, alternated with the baseline's.
+	Alternations            int              `json:"alternations"`
+	RoundTrips              RoundTrips       `json:"round_trips"`
+	Bare                    Bare             `json:"bare"`
+	ClaimByPartitions       []PartitionClaim `json:"claim_by_partitions"`
+	InstrumentationOverhead []Overhead       `json:"instrumentation_overhead"`
+	DropImpact              DropImpact       `json:"drop_impact"`
+	Targets                 []Target         `json:"targets"`
 }
 
 // Baselines are pgbench's numbers per level.
@@ -132,13 +147,16 @@ type Target struct {
 }
 
 type env struct {
-	cfg    Config
-	dbURL  string
-	admin  *pgx.Conn
-	pool   *pgxpool.Pool
-	apiKey string
-	hc     *http.Client
-	log    func(format string, args ...any)
+	cfg   Config
+	dbURL string
+	// partsURL is a copy of the freshly migrated database, for the
+	// claim-by-partitions step, which drops and creates partitions.
+	partsURL string
+	admin    *pgx.Conn
+	pool     *pgxpool.Pool
+	apiKey   string
+	hc       *http.Client
+	log      func(format string, args ...any)
 }
 
 // Run runs the whole benchmark.
@@ -151,11 +169,16 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		cfg.GrowthSizes = []int{0, 1_000_000, 10_000_000}
 	}
 	cfg.RetentionRows = cmp.Or(cfg.RetentionRows, 1_000_000)
+	cfg.Reps = cmp.Or(cfg.Reps, 2)
+	if len(cfg.Partitions) == 0 {
+		cfg.Partitions = []int{1, 7, 30}
+	}
+	cfg.RowsPerDay = cmp.Or(cfg.RowsPerDay, 20_000)
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
 	start := time.Now()
-	res := &Results{Started: start.UTC(), Machine: machine()}
+	res := &Results{Started: start.UTC(), Machine: machine(), Alternations: cfg.Reps}
 	e := &env{cfg: cfg, log: func(f string, a ...any) { fmt.Fprintf(cfg.Log, "bench: "+f+"\n", a...) }}
 	e.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}, Timeout: 30 * time.Second}
 	defer e.hc.CloseIdleConnections()
@@ -171,9 +194,12 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}{
 		{"baselines (pgbench)", e.baselines},
 		{"commits per new charge", e.commits},
-		{"new charges, replays, 409s", e.loads},
+		{"round trips per new charge and replay", e.roundTrips},
+		{"new charges, replays, 409s (alternating with bare baselines)", e.loads},
+		{"instrumentation overhead (alternating on/off)", e.instrumentation},
+		{"claim by partition count", e.claimByPartitions},
 		{"cost growth with stored keys", e.growth},
-		{"retention: drop vs delete", e.retention},
+		{"retention: drop vs delete, claims during the drop", e.retention},
 		{"Go micro-benchmarks", e.micro},
 	}
 	for _, s := range steps {
@@ -228,9 +254,21 @@ func (e *env) setup(ctx context.Context) error {
 		return fmt.Errorf("keys create: %w: %s", err, out)
 	}
 	e.apiKey = strings.TrimSpace(out)
+	// Nothing is connected to the new database yet: it can be a template.
+	if _, err := e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+partsDB+" WITH (FORCE)"); err != nil {
+		return err
+	}
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+partsDB+" TEMPLATE "+name); err != nil {
+		return err
+	}
+	u.Path = "/" + partsDB
+	e.partsURL = u.String()
 	e.pool, err = pgxpool.New(ctx, e.dbURL)
 	return err
 }
+
+// partsDB is the database of the claim-by-partitions step.
+const partsDB = "phasepay_bench_parts"
 
 func (e *env) teardown() {
 	if e.pool != nil {
@@ -238,6 +276,7 @@ func (e *env) teardown() {
 	}
 	ctx := context.Background()
 	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS phasepay_bench WITH (FORCE)")
+	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+partsDB+" WITH (FORCE)")
 	e.admin.Close(ctx)
 }
 
@@ -256,6 +295,11 @@ func (e *env) run(ctx context.Context, bin string, extra map[string]string, args
 
 // startStack starts the mock PSP (no faults, no latency) and one API.
 func (e *env) startStack(ctx context.Context, extra map[string]string) (base string, stop func(), err error) {
+	return e.startStackOn(ctx, e.dbURL, extra)
+}
+
+// startPSP starts a mock PSP process and returns its base URL.
+func (e *env) startPSP(ctx context.Context) (string, *server, error) {
 	pspAddr, err := freeAddr()
 	if err != nil {
 		return "", nil, err
@@ -265,12 +309,22 @@ func (e *env) startStack(ctx context.Context, extra map[string]string) (base str
 	if err != nil {
 		return "", nil, err
 	}
+	return "http://" + pspAddr, psp, nil
+}
+
+// startStackOn is startStack with the API connecting to dbURL (the
+// round-trip counter's proxy, say).
+func (e *env) startStackOn(ctx context.Context, dbURL string, extra map[string]string) (base string, stop func(), err error) {
+	pspURL, psp, err := e.startPSP(ctx)
+	if err != nil {
+		return "", nil, err
+	}
 	apiAddr, err := freeAddr()
 	if err != nil {
 		psp.stop()
 		return "", nil, err
 	}
-	envs := map[string]string{"DATABASE_URL": e.dbURL, "API_ADDR": apiAddr, "PSP_URL": "http://" + pspAddr}
+	envs := map[string]string{"DATABASE_URL": dbURL, "API_ADDR": apiAddr, "PSP_URL": pspURL}
 	for k, v := range extra {
 		envs[k] = v
 	}
@@ -407,74 +461,6 @@ func walCommits(ctx context.Context, admin *pgx.Conn, from, to string) (int64, e
 		return 0, fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
 	}
 	return strconv.ParseInt(string(m[1]), 10, 64)
-}
-
-func (e *env) loads(ctx context.Context, res *Results) error {
-	base, stop, err := e.startStack(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	var (
-		mu   sync.Mutex
-		done []string
-	)
-	for _, c := range e.cfg.Levels {
-		r := load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
-			return request{keyf("new-%d-%d-%d", c, w, i), []byte(visa)}
-		}, func(r request) {
-			mu.Lock()
-			done = append(done, r.key)
-			mu.Unlock()
-		})
-		res.NewCharges = append(res.NewCharges, r)
-		e.log("  new charges, %2d clients: %.0f/s, p50 %.2f ms, p99 %.2f ms", c, r.PerSec, r.Latency.P50, r.Latency.P99)
-	}
-	for _, c := range e.cfg.Levels {
-		rnd := rand.New(rand.NewPCG(uint64(c), 2))
-		var rmu sync.Mutex
-		r := load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
-			rmu.Lock()
-			k := done[rnd.IntN(len(done))]
-			rmu.Unlock()
-			return request{k, []byte(visa)}
-		}, nil)
-		res.Replays = append(res.Replays, r)
-		e.log("  replays,     %2d clients: %.0f/s, p50 %.2f ms, p99 %.2f ms", c, r.PerSec, r.Latency.P50, r.Latency.P99)
-	}
-	// Keys held by a live worker: a lease far in the future.
-	canon, _, err := charges.ParseCreateRequest([]byte(visa))
-	if err != nil {
-		return err
-	}
-	if _, err := e.pool.Exec(ctx, `
-		INSERT INTO idempotency_keys (tenant_id, key, fingerprint, request_method, request_path, request_body,
-		                              recovery_point, locked_until)
-		SELECT t.id, 'busy-' || g, $1, 'POST', '/v1/charges', $2, 'charge_created', phasepay_now() + interval '1 hour'
-		  FROM generate_series(1, 2000) g, tenants t WHERE t.name = 'bench'`, canon.Fingerprint[:], canon.Body); err != nil {
-		return err
-	}
-	for _, c := range e.cfg.Levels {
-		r := load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration/2, http.StatusConflict, func(w, i int) request {
-			return request{keyf("busy-%d", 1+(w*7919+i)%2000), []byte(visa)}
-		}, nil)
-		res.InProgress = append(res.InProgress, r)
-		e.log("  409s,        %2d clients: %.0f/s, p50 %.2f ms, p99 %.2f ms", c, r.PerSec, r.Latency.P50, r.Latency.P99)
-	}
-	stop()
-
-	// The highest level again, one commit per phase.
-	base, stop2, err := e.startStack(ctx, map[string]string{"ONE_COMMIT_PER_PHASE": "true"})
-	if err != nil {
-		return err
-	}
-	defer stop2()
-	top := e.cfg.Levels[len(e.cfg.Levels)-1]
-	res.NewChargesOneCommit = load(ctx, e.hc, base, e.apiKey, top, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
-		return request{keyf("one-%d-%d", w, i), []byte(visa)}
-	}, nil)
-	e.log("  new charges, one commit per phase, %d clients: %.0f/s", top, res.NewChargesOneCommit.PerSec)
-	return nil
 }
 
 func efficiency(res *Results) []Efficiency {

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/contrib/propagators/autoprop"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -55,8 +56,22 @@ func New(ctx context.Context, service string) (*Telemetry, error) {
 		return nil, fmt.Errorf("telemetry: resource: %w", err)
 	}
 	t := &Telemetry{Propagator: autoprop.NewTextMapPropagator()}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	t.MetricsHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 
-	if os.Getenv("OTEL_TRACES_EXPORTER") == "" || os.Getenv("OTEL_SDK_DISABLED") == "true" {
+	// OTEL_SDK_DISABLED=true turns the SDK off, metrics included, as the
+	// specification says: no-op providers, whose instruments cost nothing
+	// per request. /metrics then shows the Go runtime's and the process's
+	// collectors only. make bench measures the instrumentation's cost
+	// against this.
+	if os.Getenv("OTEL_SDK_DISABLED") == "true" {
+		t.Tracer = tracenoop.NewTracerProvider()
+		t.Meter = metricnoop.NewMeterProvider()
+		return t, nil
+	}
+
+	if os.Getenv("OTEL_TRACES_EXPORTER") == "" {
 		t.Tracer = tracenoop.NewTracerProvider()
 	} else {
 		exporter, err := autoexport.NewSpanExporter(ctx)
@@ -72,15 +87,12 @@ func New(ctx context.Context, service string) (*Telemetry, error) {
 		}
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	promExporter, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(promExporter), sdkmetric.WithResource(res))
 	t.Meter = mp
-	t.MetricsHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	t.shutdown = append(t.shutdown, mp.Shutdown)
 	return t, nil
 }

@@ -1,0 +1,141 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/testdb"
+)
+
+// The round-trip count is measured on the wire, so it must count
+// exchanges, not statements: a pipelined batch is one, a transaction whose
+// BEGIN, statement and COMMIT each wait for their answer is three.
+func TestWireCounterCountsExchangesNotStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := testdb.NewURL(t)
+	w, err := startWireCounter(pgHost(dbURL))
+	require.NoError(t, err)
+	t.Cleanup(w.Close)
+	via, err := viaWireCounter(dbURL, w.Addr())
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, via)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+
+	_, err = conn.Exec(ctx, `SELECT 1`) // prepares and caches the statement
+	require.NoError(t, err)
+
+	trips := func(f func()) int64 {
+		before := w.Trips()
+		f()
+		return w.Trips() - before
+	}
+	require.EqualValues(t, 1, trips(func() {
+		_, err := conn.Exec(ctx, `SELECT 1`)
+		require.NoError(t, err)
+	}), "one statement")
+	batch := func() {
+		b := &pgx.Batch{}
+		b.Queue(`BEGIN`)
+		b.Queue(`SELECT 1`)
+		b.Queue(`COMMIT`)
+		require.NoError(t, conn.SendBatch(ctx, b).Close())
+	}
+	// The first time, pgx describes the batch's new statements before
+	// sending it: one more exchange, which the counter sees.
+	require.EqualValues(t, 2, trips(batch), "a batch of statements not yet prepared")
+	require.EqualValues(t, 1, trips(batch), "a batch: BEGIN, a statement and COMMIT pipelined")
+	require.EqualValues(t, 3, trips(func() {
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `SELECT 1`)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+	}), "BEGIN, a statement and COMMIT one after the other")
+}
+
+// The bare baselines do what the issue defines and nothing more: a new
+// charge is two single-statement commits around one PSP call (2 round
+// trips), a replay one primary-key read (1) whose answer is the stored
+// bytes.
+func TestBareBaselinesDoTheIrreducibleWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := testdb.NewURL(t)
+	mock, err := psp.NewMock(psp.Faults{})
+	require.NoError(t, err)
+	pspSrv := httptest.NewServer(mock)
+	t.Cleanup(pspSrv.Close)
+	w, err := startWireCounter(pgHost(dbURL))
+	require.NoError(t, err)
+	t.Cleanup(w.Close)
+	via, err := viaWireCounter(dbURL, w.Addr())
+	require.NoError(t, err)
+	bare, err := startBare(ctx, via, pspSrv.URL)
+	require.NoError(t, err)
+	t.Cleanup(bare.stop)
+
+	e := &env{hc: &http.Client{Timeout: 10 * time.Second}, apiKey: "unused"}
+	// Warm: connections and prepared statements.
+	code, err := e.send(ctx, bare.NewURL(), request{"warm", []byte(visa)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, code)
+	code, err = e.send(ctx, bare.ReplayURL(), request{"warm", []byte(visa)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, code)
+
+	t0 := w.Trips()
+	code, err = e.send(ctx, bare.NewURL(), request{"k1", []byte(visa)})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, code)
+	require.EqualValues(t, 2, w.Trips()-t0, "bare-new: INSERT, UPDATE")
+	require.Len(t, mock.Authorizations(), 2, "one PSP call per new charge")
+
+	t1 := w.Trips()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, bare.ReplayURL()+"/v1/charges", bytes.NewReader([]byte(visa)))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", "k1")
+	resp, err := e.hc.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.EqualValues(t, 1, w.Trips()-t1, "bare-replay: one read")
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	require.JSONEq(t, `{"id":"ch_k1","amount":1000,"currency":"usd","status":"authorized","psp_reference":"`+
+		mock.Authorizations()[1].ID+`","decline_code":null}`, string(body))
+}
+
+// A ratio of medians taken over alternating runs: each figure is the median
+// of its own runs, so one run on a slow-disk minute does not decide it.
+func TestMedianTakesEachFigureOnItsOwn(t *testing.T) {
+	t.Parallel()
+	rs := []LoadResult{
+		{Clients: 8, Requests: 10, PerSec: 100, Latency: Latency{P50: 3}, Statuses: map[int]int{201: 10}},
+		{Clients: 8, Requests: 20, PerSec: 300, Latency: Latency{P50: 1}, Statuses: map[int]int{201: 20}},
+		{Clients: 8, Requests: 30, PerSec: 200, Latency: Latency{P50: 9}, Statuses: map[int]int{201: 29, 409: 1}},
+	}
+	m := median(rs)
+	require.Equal(t, 200.0, m.PerSec)
+	require.Equal(t, 3.0, m.Latency.P50)
+	require.Equal(t, 60, m.Requests)
+	require.Equal(t, map[int]int{201: 59, 409: 1}, m.Statuses)
+	require.Equal(t, 200.0, median(rs[:2]).PerSec, "an even count averages the middle two")
+
+	var order []string
+	a, b := alternate(2, func(int) LoadResult { order = append(order, "A"); return rs[0] },
+		func(int) LoadResult { order = append(order, "B"); return rs[1] })
+	require.Equal(t, []string{"A", "B", "A", "B"}, order)
+	require.Equal(t, 100.0, a.PerSec)
+	require.Equal(t, 300.0, b.PerSec)
+}
