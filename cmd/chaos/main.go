@@ -1,5 +1,7 @@
 // Command chaos runs phasepay's chaos harness (internal/chaos): workers
-// killed and frozen mid-phase under PSP faults, and PostgreSQL (a
+// killed and frozen mid-phase under PSP faults (503s, lost answers, final
+// failures, failed lookups, a PSP that forgets keys after 2s, outages
+// longer than that and one longer than GIVE_UP_AFTER), and PostgreSQL (a
 // throw-away cluster of the run's own) stopped immediately and started
 // again during the load; then every intent checked for exactly-once and
 // every api and reaper for having survived. It prints a summary table and
@@ -46,6 +48,16 @@ func run(args []string, stdout io.Writer) int {
 	fs.DurationVar(&cfg.ChaosInterval, "interval", 300*time.Millisecond, "mean pause between kills and pauses")
 	fs.Float64Var(&cfg.ErrorRate, "psp-error-rate", 0.05, "mock PSP 503 rate")
 	fs.Float64Var(&cfg.DropRate, "psp-drop-rate", 0.05, "mock PSP dropped-response rate")
+	fs.Float64Var(&cfg.RejectRate, "psp-reject-rate", 0.03, "mock PSP final-failure (400) rate")
+	fs.Float64Var(&cfg.LookupErrorRate, "psp-lookup-error-rate", 0.1, "mock PSP failed-lookup (503) rate")
+	fs.DurationVar(&cfg.KeyTTL, "psp-key-ttl", 2*time.Second, "how long the mock PSP remembers an idempotency key (MOCKPSP_KEY_TTL)")
+	fs.IntVar(&cfg.Outages, "psp-outages", 4, "PSP outages (error_rate 1, lookups too) during the load")
+	fs.DurationVar(&cfg.OutageLength, "psp-outage", 3*time.Second, "shortest PSP outage (each lasts up to twice this; keep it above -psp-key-ttl)")
+	fs.DurationVar(&cfg.OutageGap, "psp-outage-gap", 8*time.Second, "mean time between PSP outages")
+	fs.DurationVar(&cfg.LongOutage, "psp-long-outage", 15*time.Second, "one more PSP outage this long, past -give-up-after, so that requests end needs_attention (0: none)")
+	fs.DurationVar(&cfg.RetryBase, "retry-base", 100*time.Millisecond, "RETRY_BASE of every process")
+	fs.DurationVar(&cfg.RetryMax, "retry-max", 2*time.Second, "RETRY_MAX of every process")
+	fs.DurationVar(&cfg.GiveUpAfter, "give-up-after", 10*time.Second, "GIVE_UP_AFTER of every process")
 	fs.Float64Var(&cfg.CrashProbability, "crash", 0.02, "crash probability at each crash point")
 	fs.IntVar(&cfg.DBRestarts, "db-restarts", 3, "immediate PostgreSQL restarts during the load, on a throw-away cluster of the run's own (0: none, a database on -admin-url instead)")
 	fs.DurationVar(&cfg.DBDown, "db-down", 3*time.Second, "mean time the database stays down per restart")
@@ -57,7 +69,7 @@ func run(args []string, stdout io.Writer) int {
 	binDir := fs.String("bin", "", "directory with api, reaper and mockpsp built with -tags chaos (default: build them)")
 	tags := fs.String("tags", "", "extra build tags (e.g. defect_fresh_psp_key, to see the harness fail)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: chaos [flags]\n\nDrives charge intents through api workers and reapers that are killed, frozen\nand cut off from a restarting PostgreSQL, then checks every intent for\nexactly-once. Exit status: 0 no violation, 1 a violation or an error, 2 usage.\n\nFlags:\n")
+		fmt.Fprint(fs.Output(), "Usage: chaos [flags]\n\nDrives charge intents through api workers and reapers that are killed, frozen\nand cut off from a restarting PostgreSQL, then checks every intent for\nexactly-once and every request for an end. Exit status: 0 no violation, 1 a violation or an error, 2 usage.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	// -h asks for the usage on stdout and exit 0, before anything is

@@ -64,6 +64,36 @@ type Config struct {
 	// Defaults 0.05, 0.05, 5.
 	ErrorRate, DropRate float64
 	LatencyMS           int
+	// RejectRate is the mock's rate of final failures (400 without
+	// acting), which end a charge as failed. Default 0.03.
+	RejectRate float64
+	// LookupErrorRate is the mock's rate of failed lookups by reference
+	// (503), which leave an unknown outcome for the retry schedule.
+	// Default 0.1.
+	LookupErrorRate float64
+	// KeyTTL is MOCKPSP_KEY_TTL: how long the mock remembers a key. Short,
+	// so that a lost answer is often resolved after the PSP forgot the key,
+	// where only the lookup before a resend prevents a second
+	// authorization. Default 2s.
+	KeyTTL time.Duration
+	// Outages is how many times the PSP goes down entirely (error_rate 1,
+	// lookups too) during the load; each lasts between OutageLength and
+	// twice that, and the next starts OutageGap (drawn between half and one
+	// and a half times it) after the last one ended. Default 0.
+	Outages int
+	// OutageLength is the shortest outage. Default twice KeyTTL, so that
+	// every outage outlasts the PSP's memory of the keys it interrupts.
+	OutageLength time.Duration
+	// OutageGap is the mean time between outages. Default 5s.
+	OutageGap time.Duration
+	// LongOutage, if set, adds one outage this long among the others:
+	// longer than GiveUpAfter, it makes the requests it catches
+	// needs_attention (503 payment_unresolved, a reason in last_error).
+	LongOutage time.Duration
+	// RetryBase, RetryMax and GiveUpAfter are every process's retry
+	// schedule (RETRY_BASE, RETRY_MAX, GIVE_UP_AFTER). Defaults 100ms, 2s,
+	// 30s.
+	RetryBase, RetryMax, GiveUpAfter time.Duration
 	// CrashProbability is the chance a worker crashes at each crash point
 	// it passes (chaos builds only). Default 0.02.
 	CrashProbability float64
@@ -110,6 +140,14 @@ func (c *Config) defaults() {
 	c.ErrorRate = cmp.Or(c.ErrorRate, 0.05)
 	c.DropRate = cmp.Or(c.DropRate, 0.05)
 	c.LatencyMS = cmp.Or(c.LatencyMS, 5)
+	c.RejectRate = cmp.Or(c.RejectRate, 0.03)
+	c.LookupErrorRate = cmp.Or(c.LookupErrorRate, 0.1)
+	c.KeyTTL = cmp.Or(c.KeyTTL, 2*time.Second)
+	c.OutageLength = cmp.Or(c.OutageLength, 2*c.KeyTTL)
+	c.OutageGap = cmp.Or(c.OutageGap, 5*time.Second)
+	c.RetryBase = cmp.Or(c.RetryBase, 100*time.Millisecond)
+	c.RetryMax = cmp.Or(c.RetryMax, 2*time.Second)
+	c.GiveUpAfter = cmp.Or(c.GiveUpAfter, 30*time.Second)
 	c.CrashProbability = cmp.Or(c.CrashProbability, 0.02)
 	c.MaxElapsed = cmp.Or(c.MaxElapsed, 2*time.Minute)
 	c.ProgressEvery = cmp.Or(c.ProgressEvery, 5*time.Second)
@@ -123,6 +161,8 @@ type Summary struct {
 	Intents        int            `json:"intents"`
 	Authorized     int            `json:"authorized"`
 	Declined       int            `json:"declined"`
+	Failed         int            `json:"failed"`
+	NeedsAttention int            `json:"needs_attention"`
 	Unfinished     int            `json:"unfinished"`
 	Attempts       int64          `json:"client_attempts"`
 	Kills          int            `json:"kills"`
@@ -137,10 +177,22 @@ type Summary struct {
 	Takeovers      int64          `json:"takeovers"`
 	PSPErrors      int            `json:"psp_errors_injected"`
 	PSPDrops       int            `json:"psp_drops_injected"`
+	PSPRejects     int            `json:"psp_rejects_injected"`
+	PSPLookupFails int            `json:"psp_lookup_errors_injected"`
+	Outages        int            `json:"psp_outages"`
+	OutageTotal    string         `json:"psp_outage_total"`
 	Authorizations int            `json:"psp_authorizations"`
-	Replays        int            `json:"replays_checked"`
-	Duration       string         `json:"duration"`
-	Violations     []string       `json:"violations"`
+	// From the mock's request log: every request it received.
+	PSPRequests   int      `json:"psp_requests"`
+	Sends         int      `json:"psp_sends"`          // POST /v1/authorizations
+	Resends       int      `json:"psp_resends"`        // sends of a key after its first
+	Lookups       int      `json:"psp_lookups"`        // GET /v1/authorizations?reference=
+	LookupsFailed int      `json:"psp_lookups_failed"` // answered other than 200
+	AttemptsMax   int      `json:"psp_attempts_per_key_max"`
+	AttemptsP99   int      `json:"psp_attempts_per_key_p99"`
+	Replays       int      `json:"replays_checked"`
+	Duration      string   `json:"duration"`
+	Violations    []string `json:"violations"`
 
 	// ReaperProbe is how long the reapers took to finish a request
 	// abandoned after the last database restart (see probeReapers),
@@ -151,7 +203,8 @@ type Summary struct {
 // intent is one user intent and the first final answer it got.
 type intent struct {
 	in     client.Intent
-	status int    // final status (201 or 402), 0 if none
+	status int    // final status (201, 402, or 503 payment_unresolved), 0 if none
+	code   string // the problem code of a 402 or 503
 	body   []byte // the final answer's body
 	err    error  // why there is no final answer
 }
@@ -210,6 +263,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		"MOCKPSP_ERROR_RATE": fmt.Sprint(cfg.ErrorRate),
 		"MOCKPSP_DROP_RATE":  fmt.Sprint(cfg.DropRate),
 		"MOCKPSP_LATENCY":    fmt.Sprint(cfg.LatencyMS),
+		// Final failures, lookups that fail, and a PSP that forgets keys
+		// soon: a lost answer resolved after the TTL is safe only through
+		// the lookup before the resend.
+		"MOCKPSP_REJECT_RATE":       fmt.Sprint(cfg.RejectRate),
+		"MOCKPSP_LOOKUP_ERROR_RATE": fmt.Sprint(cfg.LookupErrorRate),
+		"MOCKPSP_KEY_TTL":           cfg.KeyTTL.String(),
 	})
 	if err := mock.start(); err != nil {
 		return nil, err
@@ -223,7 +282,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	// The workers, each restarted whenever it dies, and the reapers. Each
 	// process's connections carry its name (application_name), so the
 	// harness can see in pg_stat_activity who reconnected after a restart.
-	common := map[string]string{"PSP_URL": pspURL, "LEASE": cfg.Lease.String()}
+	common := map[string]string{"PSP_URL": pspURL, "LEASE": cfg.Lease.String(),
+		"RETRY_BASE": cfg.RetryBase.String(), "RETRY_MAX": cfg.RetryMax.String(), "GIVE_UP_AFTER": cfg.GiveUpAfter.String()}
 	crash := fmt.Sprintf("after_claim=%[1]v,after_charge_created=%[1]v,after_psp_call=%[1]v,after_psp_authorized=%[1]v", cfg.CrashProbability)
 	workers := make([]*process, cfg.Workers)
 	bases := make([]string, cfg.Workers)
@@ -381,6 +441,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		dbDone <- nil
 	}
 
+	// The PSP's outages, on a schedule of their own.
+	outages := &pspOutages{cfg: &cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x6f757467)), pspURL: pspURL}
+	outagesDone := make(chan error, 1)
+	go func() { outagesDone <- outages.run(ctx, clientsDone, cfg.Progress) }()
+
 	// The chaos controller.
 	chaosDone := make(chan struct{})
 	go func() {
@@ -434,6 +499,10 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := <-dbDone; err != nil {
 		return nil, err
 	}
+	if err := <-outagesDone; err != nil {
+		return nil, err
+	}
+	sum.Outages, sum.OutageTotal = outages.count, outages.total.Truncate(time.Millisecond).String()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)
 	}
@@ -479,7 +548,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	sum.Violations = append(sum.Violations, db.violations...)
 	db.mu.Unlock()
 
-	if err := verify(ctx, pool, pspURL, transport, apiKey, intents, sum); err != nil {
+	if err := verify(ctx, pool, pspURL, transport, apiKey, intents, sum, func() (string, error) {
+		return runOnce(ctx, bin("api"), map[string]string{"DATABASE_URL": dbURL}, "requests", "list", "--state", "needs_attention", "--json")
+	}); err != nil {
 		return nil, err
 	}
 	// After the replays, so a process that dies by itself at any point
@@ -501,8 +572,13 @@ func drive(ctx context.Context, cl *client.Client, it *intent) {
 	switch {
 	case err == nil:
 		it.status, it.body = http.StatusCreated, ch.RawBody
-	case errors.Is(err, client.ErrDeclined) && errors.As(err, &apiErr):
-		it.status, it.body = apiErr.Status, apiErr.RawBody
+	case (errors.Is(err, client.ErrDeclined) || errors.Is(err, client.ErrPaymentFailed)) && errors.As(err, &apiErr):
+		it.status, it.code, it.body = apiErr.Status, apiErr.Problem.Code, apiErr.RawBody
+	case errors.Is(err, client.ErrUnresolved) && errors.As(err, &apiErr):
+		// Given up by the server: an end, if verify finds the key
+		// needs_attention with a reason. Not a stored answer: no replay
+		// of its body is expected.
+		it.status, it.code, it.body = apiErr.Status, apiErr.Problem.Code, apiErr.RawBody
 	default:
 		it.err = err
 	}
@@ -610,7 +686,9 @@ func (s *Summary) Table() string {
 	row("intents", s.Intents)
 	row("  final: authorized", s.Authorized)
 	row("  final: declined", s.Declined)
-	row("  without a final answer", s.Unfinished)
+	row("  final: failed (PSP refused)", s.Failed)
+	row("  needs_attention (with reason)", s.NeedsAttention)
+	row("  without an end", s.Unfinished)
 	row("client attempts", s.Attempts)
 	classes := make([]string, 0, len(s.FailedAttempts))
 	for c := range s.FailedAttempts {
@@ -637,8 +715,19 @@ func (s *Summary) Table() string {
 		row("crash point "+p, s.CrashPoints[p])
 	}
 	row("takeovers (lock_version bumps)", s.Takeovers)
+	row("PSP outages (error_rate 1)", s.Outages)
+	row("  PSP down in total", cmp.Or(s.OutageTotal, "0s"))
 	row("PSP 503s injected", s.PSPErrors)
 	row("PSP responses dropped", s.PSPDrops)
+	row("PSP final failures (400)", s.PSPRejects)
+	row("PSP lookups failed (injected)", s.PSPLookupFails)
+	row("PSP requests received", s.PSPRequests)
+	row("  authorization sends", s.Sends)
+	row("  resends (same key again)", s.Resends)
+	row("  lookups by reference", s.Lookups)
+	row("  lookups answered non-200", s.LookupsFailed)
+	row("  sends per PSP key: max", s.AttemptsMax)
+	row("  sends per PSP key: p99", s.AttemptsP99)
 	row("PSP authorizations", s.Authorizations)
 	row("replays checked byte for byte", s.Replays)
 	row("duration", s.Duration)
@@ -655,9 +744,11 @@ func (s *Summary) Line() string {
 	if len(s.Violations) > 0 {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("chaos %s: seed %d, %d/%d intents final (%d authorized, %d declined), %d PSP authorizations, "+
+	return fmt.Sprintf("chaos %s: seed %d, %d/%d intents ended (%d authorized, %d declined, %d failed, %d needs_attention), "+
+		"%d PSP authorizations, %d lookups, %d resends, sends per key max %d p99 %d, %d PSP outages, "+
 		"%d kills, %d pauses, %d database restarts, %d unplanned exits, %d replays checked, %d violations, %s",
-		verdict, s.Seed, s.Authorized+s.Declined, s.Intents, s.Authorized, s.Declined, s.Authorizations,
+		verdict, s.Seed, s.Authorized+s.Declined+s.Failed+s.NeedsAttention, s.Intents, s.Authorized, s.Declined, s.Failed, s.NeedsAttention,
+		s.Authorizations, s.Lookups, s.Resends, s.AttemptsMax, s.AttemptsP99, s.Outages,
 		s.Kills, s.Pauses, s.DBRestarts, s.UnplannedExits, s.Replays, len(s.Violations), s.Duration)
 }
 

@@ -66,10 +66,13 @@ func TestMain(m *testing.M) {
 }
 
 // A short seeded run of the harness: workers killed and frozen at random
-// and crashed at phase boundaries, under PSP faults, and the database (a
+// and crashed at phase boundaries, under PSP faults (503s, lost answers,
+// final failures, failed lookups, keys forgotten after 1s, an outage
+// longer than that and one longer than GIVE_UP_AFTER), and the database (a
 // throw-away cluster of the run's own) stopped immediately and started
-// again mid-load; every intent must be done exactly once, and every api
-// and reaper must ride the restart out without exiting.
+// again mid-load; every intent must end (authorized, declined, failed, or
+// needs_attention with a reason) exactly once, and every api and reaper
+// must ride the restart out without exiting.
 func TestChaosShortRun(t *testing.T) {
 	t.Parallel()
 	dirs, err := binaries()
@@ -81,12 +84,24 @@ func TestChaosShortRun(t *testing.T) {
 		CrashProbability: 0.03,
 		DBRestarts:       1,
 		DBDown:           2 * time.Second,
+		RejectRate:       0.08,
+		KeyTTL:           time.Second,
+		Outages:          1,
+		OutageLength:     2 * time.Second,
+		OutageGap:        3 * time.Second,
+		LongOutage:       6 * time.Second,
+		GiveUpAfter:      4 * time.Second,
 		BinDir:           dirs["chaos"],
 	})
 	require.NoError(t, err)
 	t.Logf("\n%s\n%s", sum.Table(), sum.Line())
 	require.Empty(t, sum.Violations)
-	require.Equal(t, 150, sum.Authorized+sum.Declined)
+	require.Equal(t, 150, sum.Authorized+sum.Declined+sum.Failed+sum.NeedsAttention)
+	require.Positive(t, sum.Failed, "no final failure was exercised")
+	require.Positive(t, sum.NeedsAttention, "the long outage gave nothing up")
+	require.Equal(t, 2, sum.Outages)
+	require.Positive(t, sum.Lookups)
+	require.Positive(t, sum.Resends)
 	require.Positive(t, sum.Kills+sum.Pauses)
 	require.Positive(t, sum.Takeovers)
 	require.Equal(t, 150, sum.Replays)

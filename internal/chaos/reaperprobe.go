@@ -105,8 +105,10 @@ func probeReapers(ctx context.Context, cfg *Config, apiBin string, env map[strin
 	if err != nil {
 		return 0, []string{fmt.Sprintf("reaper probe: replay of %s: %v", key, err)}, nil
 	}
-	if resp.StatusCode != http.StatusCreated || resp.Header.Get("Idempotent-Replayed") != "true" {
-		return 0, []string{fmt.Sprintf("reaper probe: replay of %s, finished by a reaper: got %d %q (replayed=%q), want the stored 201",
+	// 402: the PSP's reject_rate refused it for good, also an end.
+	final := resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusPaymentRequired
+	if !final || resp.Header.Get("Idempotent-Replayed") != "true" {
+		return 0, []string{fmt.Sprintf("reaper probe: replay of %s, finished by a reaper: got %d %q (replayed=%q), want the stored 201 or 402",
 			key, resp.StatusCode, got, resp.Header.Get("Idempotent-Replayed"))}, nil
 	}
 	return took, nil, nil
