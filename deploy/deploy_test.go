@@ -90,7 +90,11 @@ var knownMetrics = map[string]knownMetric{
 	"phasepay_partitions_created_total": {kind: counter},
 	"phasepay_partitions_dropped_total": {kind: counter},
 	"phasepay_idempotency_stuck_keys":   {kind: gauge},
-	"phasepay_partitions_days_ahead":    {kind: gauge},
+	"phasepay_idempotency_unfinished_keys": {kind: gauge, labels: map[string][]string{
+		"phasepay_schedule": {"in_flight", "waiting", "overdue"},
+	}},
+	"phasepay_idempotency_needs_attention_keys": {kind: gauge},
+	"phasepay_partitions_days_ahead":            {kind: gauge},
 }
 
 // Labels every series has: added by the scrape (job, instance), by the
@@ -427,6 +431,8 @@ func TestAlertRules(t *testing.T) {
 		name, severity, forDur, metric, runbook string
 	}{
 		{"PhasepayStuckKeys", "page", "5m", "phasepay_idempotency_stuck_keys", "stuck-keys"},
+		{"PhasepayNeedsAttention", "page", "", "phasepay_idempotency_needs_attention_keys", "a-request-needs-attention"},
+		{"PhasepayRequestsWaitingForPSP", "warning", "", `phasepay_idempotency_unfinished_keys{phasepay_schedule="waiting"}`, "psp-outage"},
 		{"PhasepayPartitionsNotAhead", "page", "10m", "phasepay_partitions_days_ahead", "partition-not-created-ahead"},
 		{"PhasepayReaperAbsent", "", "10m", "phasepay_partitions_days_ahead", "reaper-absent"},
 		{"PhasepayPSPFailing", "warning", "5m", "phasepay_psp_duration_seconds_count", "psp-outage"},

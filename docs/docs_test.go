@@ -149,7 +149,7 @@ func TestRelativeLinksResolve(t *testing.T) {
 func TestRunbookAnchors(t *testing.T) {
 	t.Parallel()
 	have := anchors(t, "operations.md")
-	want := []string{"stuck-keys", "psp-outage", "partition-not-created-ahead", "database-failover", "lease-lost", "reaper-absent"}
+	want := []string{"stuck-keys", "psp-outage", "a-request-needs-attention", "partition-not-created-ahead", "database-failover", "lease-lost", "reaper-absent"}
 	// And whatever deploy/'s alert rules link to, if they are there.
 	if rules, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "prometheus", "alerts.yaml")); err == nil {
 		for _, m := range regexp.MustCompile(`docs/operations\.md#([A-Za-z0-9_-]+)`).FindAllStringSubmatch(string(rules), -1) {

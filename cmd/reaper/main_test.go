@@ -81,6 +81,7 @@ func TestReaperMetricsAndShutdown(t *testing.T) {
 		"phasepay_reaper_takeovers_total", "phasepay_reaper_completions_total", "phasepay_reaper_failures_total",
 		"phasepay_partitions_created_total", "phasepay_partitions_dropped_total",
 		"phasepay_idempotency_stuck_keys", "phasepay_partitions_days_ahead",
+		"phasepay_idempotency_unfinished_keys", `phasepay_schedule="waiting"`, "phasepay_idempotency_needs_attention_keys",
 	}
 	require.Eventually(t, func() bool {
 		addr := m.MetricsAddr()

@@ -4,14 +4,16 @@
 //  1. completion (every reaper): takes over, in small batches with FOR
 //     UPDATE SKIP LOCKED, started keys whose lease expired and whose retry
 //     backoff is over, and drives each to done through the very state
-//     machine the API runs (charges.Service.Resume), so the client's next
-//     retry is a replay;
+//     operation the API runs, through the phase engine (its Resume finds
+//     the operation by the key's request path), so the client's next retry
+//     is a replay;
 //  2. maintenance (one reaper at a time, under an advisory lock): creates
 //     partitions ahead and drops whole partitions past retention.
 //
-// A key whose PSP is still failing is released again with a doubled backoff;
-// it is never given up silently: every pass counts the started keys nobody
-// holds and logs them while there are any.
+// A key whose PSP is still failing is released again on its retry schedule;
+// it is never given up silently: every pass counts the unfinished keys (in
+// flight, waiting for their next attempt, overdue, needs_attention) into
+// gauges and logs the overdue and needs_attention ones while there are any.
 package reaper
 
 import (
@@ -24,10 +26,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
 )
@@ -71,6 +73,12 @@ type Config struct {
 	// Parallelism is how many taken-over keys are driven at once (each may
 	// wait on the PSP). Default 4.
 	Parallelism int
+	// OverdueAfter is how long a key may be due without being picked up
+	// before it counts as overdue (the stuck-keys gauge): a few passes, so
+	// that a key waiting for its scheduled attempt (a PSP outage) is never
+	// counted, and one the reapers fail to pick up is. Default five
+	// Intervals, at least 10s.
+	OverdueAfter time.Duration
 	// Meter records the reaper's metrics; default a no-op meter.
 	Meter metric.Meter
 	// Logger defaults to slog.Default().
@@ -82,15 +90,23 @@ type Reaper struct {
 	cfg     Config
 	pool    *pgxpool.Pool
 	keys    *idempotency.Store
-	charges *charges.Service
+	ops     Resumer
 	log     *slog.Logger
 	m       instruments
 
 	lastMaintenance time.Time // touched by RunOnce only, which is not concurrent
 }
 
+// Resumer drives a taken-over key to done through the operation its
+// request path names: a *phases.Engine, or a service that owns one
+// (*charges.Service). A key no operation claims comes back released, with
+// phases.ErrNoOperation, so it is counted as stuck and visible, not held.
+type Resumer interface {
+	Resume(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error)
+}
+
 // New validates cfg, fills its defaults and returns a Reaper.
-func New(pool *pgxpool.Pool, keys *idempotency.Store, svc *charges.Service, cfg Config) (*Reaper, error) {
+func New(pool *pgxpool.Pool, keys *idempotency.Store, ops Resumer, cfg Config) (*Reaper, error) {
 	cfg.Interval = cmp.Or(cfg.Interval, IntervalDefault)
 	cfg.Retention = cmp.Or(cfg.Retention, RetentionDefault)
 	cfg.Lease = cmp.Or(cfg.Lease, keys.Lease())
@@ -98,6 +114,7 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, svc *charges.Service, cfg 
 	cfg.MaintenanceInterval = cmp.Or(cfg.MaintenanceInterval, time.Minute)
 	cfg.MaintenanceTimeout = cmp.Or(cfg.MaintenanceTimeout, 30*time.Second)
 	cfg.Parallelism = cmp.Or(cfg.Parallelism, ParallelismDefault)
+	cfg.OverdueAfter = cmp.Or(cfg.OverdueAfter, max(5*cfg.Interval, 10*time.Second))
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -114,7 +131,7 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, svc *charges.Service, cfg 
 	if err != nil {
 		return nil, err
 	}
-	return &Reaper{cfg: cfg, pool: pool, keys: keys, charges: svc, log: cfg.Logger, m: m}, nil
+	return &Reaper{cfg: cfg, pool: pool, keys: keys, ops: ops, log: cfg.Logger, m: m}, nil
 }
 
 // Run makes a pass at once and then every Interval until ctx ends, whatever
@@ -147,9 +164,10 @@ func (r *Reaper) Run(ctx context.Context) error {
 
 // PassResult says what one pass did.
 type PassResult struct {
-	Completed  int // keys driven to done
-	Failed     int // keys released again (PSP still failing) or lost to another worker
-	Stuck      int64
+	Completed  int   // keys driven to done
+	Failed     int   // keys released again (PSP still failing) or lost to another worker
+	Stuck      int64 // keys due for longer than OverdueAfter (Census.Overdue)
+	Census     idempotency.Census
 	Partitions idempotency.PartitionReport
 	Created    int // partitions created
 	Maintained bool
@@ -165,14 +183,18 @@ func (r *Reaper) RunOnce(ctx context.Context) (*PassResult, error) {
 	if err := r.maintain(ctx, res); err != nil {
 		return res, err
 	}
-	stuck, maxAttempts, err := r.keys.Stuck(ctx, r.pool)
+	c, err := r.keys.TakeCensus(ctx, r.pool, r.cfg.OverdueAfter)
 	if err != nil {
 		return res, err
 	}
-	res.Stuck = stuck
-	r.m.stuck.Record(ctx, stuck)
-	if stuck > 0 {
-		r.log.WarnContext(ctx, "started keys without a live lease remain", "count", stuck, "max_attempts", maxAttempts)
+	res.Census, res.Stuck = c, c.Overdue
+	r.m.record(ctx, c)
+	if c.Overdue > 0 {
+		r.log.WarnContext(ctx, "due keys no reaper picked up remain", "count", c.Overdue,
+			"overdue_after", r.cfg.OverdueAfter.String(), "max_attempts", c.OverdueMaxAttempts)
+	}
+	if c.NeedsAttention > 0 {
+		r.log.WarnContext(ctx, "requests need an operator (bin/api requests list --state needs_attention)", "count", c.NeedsAttention)
 	}
 	return res, nil
 }
@@ -249,20 +271,12 @@ func (r *Reaper) driveOne(ctx context.Context, lease *idempotency.Lease, res *Pa
 	r.m.completions.Add(ctx, 1)
 }
 
-// resume routes a key to the state machine its request belongs to.
+// resume drives one key through the operation its request path names.
 func (r *Reaper) resume(ctx context.Context, lease *idempotency.Lease) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*r.cfg.Lease)
 	defer cancel()
-	switch lease.Record.Request.Path {
-	case charges.Path:
-		_, err := r.charges.Resume(ctx, lease)
-		return err
-	default:
-		// Release it so that it is counted as stuck and visible, not held.
-		err := fmt.Errorf("no state machine for %s %s", lease.Record.Request.Method, lease.Record.Request.Path)
-		_, rerr := lease.Release(ctx, r.pool, err, 0)
-		return errors.Join(err, rerr)
-	}
+	_, err := r.ops.Resume(ctx, lease)
+	return err
 }
 
 // maintain creates partitions ahead and drops expired ones, if it is time
@@ -362,6 +376,23 @@ type instruments struct {
 	takeovers, completions, failures     metric.Int64Counter
 	partitionsCreated, partitionsDropped metric.Int64Counter
 	stuck, daysAhead                     metric.Int64Gauge
+	unfinished, needsAttention           metric.Int64Gauge
+}
+
+// Values of the phasepay.schedule attribute of phasepay.idempotency.unfinished_keys.
+var (
+	scheduleInFlight = metric.WithAttributes(attribute.String("phasepay.schedule", "in_flight"))
+	scheduleWaiting  = metric.WithAttributes(attribute.String("phasepay.schedule", "waiting"))
+	scheduleOverdue  = metric.WithAttributes(attribute.String("phasepay.schedule", "overdue"))
+)
+
+// record sets the gauges of one census.
+func (in instruments) record(ctx context.Context, c idempotency.Census) {
+	in.stuck.Record(ctx, c.Overdue)
+	in.unfinished.Record(ctx, c.InFlight, scheduleInFlight)
+	in.unfinished.Record(ctx, c.Waiting, scheduleWaiting)
+	in.unfinished.Record(ctx, c.Overdue, scheduleOverdue)
+	in.needsAttention.Record(ctx, c.NeedsAttention)
 }
 
 func newInstruments(m metric.Meter) (instruments, error) {
@@ -380,9 +411,19 @@ func newInstruments(m metric.Meter) (instruments, error) {
 	in.partitionsCreated = counter("phasepay.partitions.created", "Daily key partitions created ahead.")
 	in.partitionsDropped = counter("phasepay.partitions.dropped", "Daily key partitions dropped past retention.")
 	g, err := m.Int64Gauge("phasepay.idempotency.stuck_keys",
-		metric.WithDescription("Started keys with no valid lease: abandoned and not yet completed. Alarm if it stays above zero."))
+		metric.WithDescription("Started keys due (lease run out, next attempt due) for longer than a few reaper passes and not picked up. "+
+			"Keys waiting for their scheduled attempt (a PSP outage) are not counted. Alarm if it stays above zero."))
 	errs = append(errs, err)
 	in.stuck = g
+	g, err = m.Int64Gauge("phasepay.idempotency.unfinished_keys",
+		metric.WithDescription("Started keys by phasepay.schedule: in_flight (lease held), waiting (for the next scheduled attempt: "+
+			"a PSP outage raises it), overdue (due and not picked up: the stuck keys)."))
+	errs = append(errs, err)
+	in.unfinished = g
+	g, err = m.Int64Gauge("phasepay.idempotency.needs_attention_keys",
+		metric.WithDescription("Requests given up after GIVE_UP_AFTER: no automatic attempt until an operator retries or resolves them."))
+	errs = append(errs, err)
+	in.needsAttention = g
 	// Counters appear on /metrics only once written; start them at zero so
 	// that dashboards and alerts see a series from the first scrape.
 	for _, c := range []metric.Int64Counter{in.takeovers, in.completions, in.failures, in.partitionsCreated, in.partitionsDropped} {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
 
 	"github.com/phasepay/phasepay/internal/charges"
@@ -141,8 +143,8 @@ func TestSeveralReapersCompleteEachKeyOnce(t *testing.T) {
 }
 
 // A PSP that is still down leaves the key resumable, with a backoff so the
-// reaper does not hammer it, and counted as stuck; once the PSP is back and
-// the backoff over, the key is completed.
+// reaper does not hammer it, and counted as waiting, not stuck; once the
+// PSP is back and the backoff over, the key is completed.
 func TestReaperBacksOffWhilePSPFails(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -154,13 +156,15 @@ func TestReaperBacksOffWhilePSPFails(t *testing.T) {
 	res, err := newReaper(t, b, later).RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Failed)
-	require.EqualValues(t, 1, res.Stuck)
+	require.Zero(t, res.Stuck)
+	require.EqualValues(t, 1, res.Census.Waiting)
 
-	// Within the backoff: left alone, still counted.
+	// Within the backoff: left alone, still counted as waiting.
 	res, err = newReaper(t, b, later+30*time.Second).RunOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, res.Failed+res.Completed)
-	require.EqualValues(t, 1, res.Stuck)
+	require.Zero(t, res.Stuck)
+	require.EqualValues(t, 1, res.Census.Waiting)
 
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))
 	res, err = newReaper(t, b, later+2*time.Minute).RunOnce(ctx)
@@ -168,6 +172,87 @@ func TestReaperBacksOffWhilePSPFails(t *testing.T) {
 	require.Equal(t, 1, res.Completed)
 	require.Zero(t, res.Stuck)
 	assertDoneOnce(t, b, "k")
+}
+
+// The stuck-keys alert fired during every PSP outage longer than its 5
+// minutes, because a key waiting for its scheduled attempt counted as
+// stuck. Stuck means overdue: due for longer than OverdueAfter and not
+// picked up. A key in its backoff is waiting, whatever the outage's
+// length; the same key left due past OverdueAfter (no reaper ran) is
+// overdue; a key given up (GIVE_UP_AFTER) is needs_attention, and neither.
+// The gauges carry the same numbers.
+func TestPSPOutageIsNotCountedAsStuck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	abandon(t, b, "k", false, charges.CrashAfterClaim)
+	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+
+	reader := sdkmetric.NewManualReader()
+	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+	at := func(offset time.Duration) *reaper.Reaper {
+		pool := testdb.Pool(t, b.URL, b.T0.Add(offset))
+		r, err := reaper.New(pool, b.Keys, chargestest.NewService(t, pool, b.Keys, b.PSP, charges.Config{}),
+			reaper.Config{OverdueAfter: 10 * time.Second, Meter: meter})
+		require.NoError(t, err)
+		return r
+	}
+	gauges := func() map[string]int64 {
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(ctx, &rm))
+		out := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				g, ok := m.Data.(metricdata.Gauge[int64])
+				if !ok {
+					continue
+				}
+				for _, dp := range g.DataPoints {
+					name := m.Name
+					if v, ok := dp.Attributes.Value("phasepay.schedule"); ok {
+						name += "/" + v.AsString()
+					}
+					out[name] = dp.Value
+				}
+			}
+		}
+		return out
+	}
+
+	// The outage: the reaper's attempt fails and the key waits a minute
+	// (RetryBase) for the next one; half an hour later it is still only
+	// waiting between attempts.
+	later := b.Keys.Lease() + time.Second
+	res, err := at(later).RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Failed)
+	require.Equal(t, idempotency.Census{Waiting: 1}, res.Census)
+	for range 5 {
+		later += 30 * time.Minute // past any backoff: the pass takes it, fails again
+		res, err = at(later).RunOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.Stuck)
+		require.EqualValues(t, 1, res.Census.Waiting)
+	}
+	g := gauges()
+	require.EqualValues(t, 0, g["phasepay.idempotency.stuck_keys"])
+	require.EqualValues(t, 1, g["phasepay.idempotency.unfinished_keys/waiting"])
+	require.EqualValues(t, 0, g["phasepay.idempotency.unfinished_keys/overdue"])
+	require.EqualValues(t, 0, g["phasepay.idempotency.needs_attention_keys"])
+
+	// No reaper for two hours: the key is overdue, which is stuck.
+	c, err := b.Keys.TakeCensus(ctx, testdb.Pool(t, b.URL, b.T0.Add(later+2*time.Hour)), 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Census{Overdue: 1, OverdueMaxAttempts: 6}, c)
+
+	// Past GIVE_UP_AFTER (72h) the next failed attempt gives it up.
+	res, err = at(73 * time.Hour).RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Census{NeedsAttention: 1}, res.Census)
+	g = gauges()
+	require.EqualValues(t, 1, g["phasepay.idempotency.needs_attention_keys"])
+	require.EqualValues(t, 0, g["phasepay.idempotency.stuck_keys"])
+	require.EqualValues(t, 0, g["phasepay.idempotency.unfinished_keys/waiting"])
 }
 
 // Partition maintenance runs in one reaper at a time.
