@@ -199,7 +199,7 @@ func TestPSPOutageIsRetriedOnSchedule(t *testing.T) {
 	require.Empty(t, b.Mock.Authorizations())
 	var unavailable *charges.UnavailableError
 	require.ErrorAs(t, outageErr, &unavailable)
-	require.Equal(t, rec.ObjectID, unavailable.ChargeID, "the 503 names the charge that exists")
+	require.Equal(t, rec.ObjectID, unavailable.ObjectID, "the 503 names the charge that exists")
 	require.Positive(t, unavailable.RetryAfterSeconds())
 
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))

@@ -2,7 +2,8 @@ package charges
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/phasepay/phasepay/internal/phases"
 )
 
 // Sentinel errors of the charges service. Idempotency outcomes are
@@ -12,26 +13,9 @@ var (
 	ErrNotFound = errors.New("charge not found")
 	// ErrPSPUnavailable: the PSP did not answer after the client's retries.
 	// The key was released at its last recovery point and resumes on retry.
-	ErrPSPUnavailable = errors.New("payment service provider unavailable")
+	ErrPSPUnavailable = phases.ErrPSPUnavailable
 )
 
 // UnavailableError is ErrPSPUnavailable with what the client is told: the
-// charge that exists (if any) and when its next attempt is due. The key was
-// released at its last recovery point and its next attempt scheduled.
-type UnavailableError struct {
-	ChargeID   string
-	RetryAfter int
-	Cause      error
-}
-
-func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("%v: %v (next attempt in %ds)", ErrPSPUnavailable, e.Cause, e.RetryAfter)
-}
-
-func (e *UnavailableError) Unwrap() []error { return []error{ErrPSPUnavailable, e.Cause} }
-
-// RetryAfterSeconds is what the client is told to wait (Retry-After).
-func (e *UnavailableError) RetryAfterSeconds() int { return max(e.RetryAfter, 1) }
-
-// Object names the charge, once it exists.
-func (e *UnavailableError) Object() string { return e.ChargeID }
+// charge that exists (if any) and when its next attempt is due.
+type UnavailableError = phases.UnavailableError

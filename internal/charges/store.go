@@ -75,7 +75,7 @@ UPDATE charges
    SET status = $3, psp_reference = $4, decline_code = $5, failure_reason = $6, updated_at = phasepay_now()
  WHERE tenant_id = $1 AND id = $2`
 
-func recordAuthorization(ctx context.Context, tx pgx.Tx, c *Charge) error {
+func updateAuthorization(ctx context.Context, tx pgx.Tx, c *Charge) error {
 	if _, err := tx.Exec(ctx, recordAuthorizationSQL, c.TenantID, c.ID, c.Status, c.PSPReference, c.DeclineCode, c.FailureReason); err != nil {
 		return fmt.Errorf("record authorization of %s: %w", c.ID, err)
 	}

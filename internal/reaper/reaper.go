@@ -87,12 +87,12 @@ type Config struct {
 
 // Reaper completes abandoned keys and maintains partitions.
 type Reaper struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	keys    *idempotency.Store
-	ops     Resumer
-	log     *slog.Logger
-	m       instruments
+	cfg  Config
+	pool *pgxpool.Pool
+	keys *idempotency.Store
+	ops  Resumer
+	log  *slog.Logger
+	m    instruments
 
 	lastMaintenance time.Time // touched by RunOnce only, which is not concurrent
 }

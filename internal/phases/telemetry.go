@@ -1,6 +1,7 @@
-package charges
+package phases
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,7 +20,7 @@ import (
 )
 
 // instrumentationName names this package's tracer and meter.
-const instrumentationName = "github.com/phasepay/phasepay/internal/charges"
+const instrumentationName = "github.com/phasepay/phasepay/internal/phases"
 
 // Attribute keys of phase spans and metrics.
 const (
@@ -65,10 +66,10 @@ func newInstruments(cfg Config) (instruments, error) {
 		metric.WithDescription("Duration of one atomic phase (its statements, before the commit), by the recovery point it reaches."),
 		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1))
 	in.pspDuration, err3 = m.Float64Histogram("phasepay.psp.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of a PSP authorization call, retries included, by result."),
+		metric.WithDescription("Duration of a PSP call (authorization, capture, void, refund), retries and lookups included, by result."),
 		metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 	if err := errors.Join(err1, err2, err3); err != nil {
-		return instruments{}, fmt.Errorf("charges: instruments: %w", err)
+		return instruments{}, fmt.Errorf("phases: instruments: %w", err)
 	}
 	return in, nil
 }
@@ -84,8 +85,8 @@ func (in *instruments) countOutcome(ctx context.Context, outcome string) {
 
 // arrow runs one arrow's statements in a span named after the recovery
 // point it reaches, and times it.
-func (s *Service) arrow(ctx context.Context, lease *idempotency.Lease, to idempotency.RecoveryPoint, fn func(context.Context) error) error {
-	ctx, span := s.tel.tracer.Start(ctx, "phase "+string(to), trace.WithAttributes(
+func (e *Engine) arrow(ctx context.Context, lease *idempotency.Lease, to idempotency.RecoveryPoint, fn func(context.Context) error) error {
+	ctx, span := e.tel.tracer.Start(ctx, "phase "+string(to), trace.WithAttributes(
 		attrTenant.Int64(lease.Record.TenantID),
 		attrRecoveryPoint.String(string(to)),
 		attrLockVersion.Int64(lease.Record.LockVersion),
@@ -104,17 +105,17 @@ func (s *Service) arrow(ctx context.Context, lease *idempotency.Lease, to idempo
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.SetAttributes(attrOutcome.String(outcome))
-	s.tel.phaseDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrPhase.String(string(to)), attrOutcome.String(outcome)))
+	e.tel.phaseDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrPhase.String(string(to)), attrOutcome.String(outcome)))
 	return err
 }
 
 // recordPSP times a PSP call by its result.
-func (s *Service) recordPSP(ctx context.Context, start time.Time, out psp.Outcome) {
+func (e *Engine) recordPSP(ctx context.Context, start time.Time, out psp.Outcome) {
 	result := out.Class.String()
 	if out.Class == psp.ClassSuccess || out.Declined() {
-		result = out.Authorization.Status
+		result = cmp.Or(out.Authorization.Status, out.Operation.Status)
 	}
-	s.tel.pspDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrPSPResult.String(result)))
+	e.tel.pspDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrPSPResult.String(result)))
 }
 
 // traceContext serialises the span context of ctx to store with a new key.
@@ -137,4 +138,14 @@ func linkTo(traceContext string) []trace.SpanStartOption {
 		return nil
 	}
 	return []trace.SpanStartOption{trace.WithLinks(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("phasepay.link", "claimed_by")}})}
+}
+
+// endSpan ends a request's span; a mismatch or a conflict is an answer the
+// key gave (an event), not a failure of the span.
+func endSpan(span trace.Span, err error) {
+	if err != nil && !errors.Is(err, idempotency.ErrMismatch) && !errors.Is(err, idempotency.ErrInProgress) {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }

@@ -1,0 +1,101 @@
+// Package charges is phasepay's payments domain: the charge, and the
+// idempotent operations on it, each an operation file whose phases read top
+// to bottom (authorize.go: POST /v1/charges). internal/phases runs them: the
+// claim, fencing, leases, the outcome classes and the stored answers are
+// its, not this package's.
+package charges
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/psp"
+)
+
+// Authorizer is the PSP as the operations see it (*psp.Client):
+// AuthorizeOutcome makes one attempt (its own quick retries and lookups
+// included) and classifies the answer; Lookup reads what the PSP holds for
+// a charge, for an operator's resolution.
+type Authorizer interface {
+	AuthorizeOutcome(ctx context.Context, req psp.AuthorizeRequest) (psp.Outcome, error)
+	Lookup(ctx context.Context, reference string) ([]psp.Authorization, error)
+}
+
+// Config configures a Service: its engine's configuration (a new charge
+// costs two commits, four with OneCommitPerPhase).
+type Config = phases.Config
+
+// CrashPoint names a moment at which a test may kill a run.
+type CrashPoint = phases.CrashPoint
+
+// Outcome says how a request's key was handled (for logs and metrics).
+type Outcome = phases.Outcome
+
+// The outcomes of a request that got a response.
+const (
+	OutcomeNew      = phases.OutcomeNew
+	OutcomeReplay   = phases.OutcomeReplay
+	OutcomeTakeover = phases.OutcomeTakeover
+)
+
+// Result is the final response of a request, new or replayed.
+type Result = phases.Result
+
+// Span events: what the key decided, and lost leases.
+const (
+	EventReplay     = phases.EventReplay
+	EventInProgress = phases.EventInProgress
+	EventMismatch   = phases.EventMismatch
+	EventTakeover   = phases.EventTakeover
+	EventLeaseLost  = phases.EventLeaseLost
+)
+
+// Service runs the operations on charges.
+type Service struct {
+	pool   *pgxpool.Pool
+	keys   *idempotency.Store
+	psp    Authorizer
+	engine *phases.Engine
+
+	authorize *phases.Operation[*Charge]
+}
+
+// NewService returns a Service with its operations registered on an engine
+// of its own.
+func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authorizer, cfg Config) (*Service, error) {
+	engine, err := phases.New(pool, keys, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{pool: pool, keys: keys, psp: authorizer, engine: engine}
+	s.authorize = authorizeOperation(authorizer)
+	phases.Register(engine, s.authorize)
+	return s, nil
+}
+
+// Create runs one POST /v1/charges. It returns the final response (new or
+// replayed), or an error: idempotency.ErrMismatch, idempotency.ErrInProgress,
+// ErrPSPUnavailable, or an internal error. params must be the request that
+// req fingerprints; the operation executes req's stored body, which encodes
+// params.
+func (s *Service) Create(ctx context.Context, tenantID int64, key string, req idempotency.Canonical, _ CreateParams) (Result, error) {
+	return phases.Do(ctx, s.engine, s.authorize, tenantID, key, req)
+}
+
+// Resume drives a key this worker has just taken over (a client's retry, or
+// the reaper) from its recovery point to done, through whichever of the
+// service's operations its request path names.
+func (s *Service) Resume(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error) {
+	return s.engine.Resume(ctx, lease)
+}
+
+// Wait waits until the leases being released in the background are
+// released or given up; for shutdown and tests.
+func (s *Service) Wait() { s.engine.Wait() }
+
+// Get returns a tenant's charge, or ErrNotFound.
+func (s *Service) Get(ctx context.Context, tenantID int64, id string) (*Charge, error) {
+	return chargeByID(ctx, s.pool, tenantID, id)
+}
