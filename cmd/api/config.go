@@ -45,6 +45,10 @@ type Config struct {
 	// (ONE_COMMIT_PER_PHASE=true), for comparison; the default folds the
 	// arrows that have no foreign call between them.
 	OneCommitPerPhase bool
+	// WebhookAllowPrivate (WEBHOOK_ALLOW_PRIVATE=1) accepts webhook
+	// endpoints on loopback, private and link-local addresses: for
+	// development (chargectl listen), never in production.
+	WebhookAllowPrivate bool
 }
 
 // Defaults of the contract.
@@ -82,6 +86,9 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("LEASE: must be at least 1s, got %s", c.Lease)
 	}
 	if c.OneCommitPerPhase, err = envconfig.Bool(getenv, "ONE_COMMIT_PER_PHASE", false); err != nil {
+		return Config{}, err
+	}
+	if c.WebhookAllowPrivate, err = envconfig.Bool(getenv, "WEBHOOK_ALLOW_PRIVATE", false); err != nil {
 		return Config{}, err
 	}
 	if c.RetryBase, c.RetryMax, c.GiveUpAfter, err = idempotency.ScheduleFromEnv(getenv); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/dbstate"
+	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/platform"
@@ -124,8 +125,9 @@ func (m *Main) Run(ctx context.Context) error {
 	defer stopListener()
 	handler, err := httpapi.NewHandler(httpapi.Config{
 		Pool: pool, Charges: svc, Telemetry: tel, Logger: m.Logger, Authenticator: auth,
-		MetricsElsewhere: m.Config.MetricsAddr != "",
-		ServerAddr:       m.Config.Addr,
+		MetricsElsewhere:    m.Config.MetricsAddr != "",
+		ServerAddr:          m.Config.Addr,
+		WebhookAllowPrivate: m.Config.WebhookAllowPrivate,
 	})
 	if err != nil {
 		return err
@@ -198,6 +200,13 @@ func (m *Main) checkPartitions(ctx context.Context, pool *pgxpool.Pool) (stop fu
 		if err != nil {
 			return err
 		}
+		// Events are written in phase transactions: their days must exist
+		// as surely as the keys'.
+		evCreated, err := events.EnsurePartitions(ctx, pool)
+		if err != nil {
+			return err
+		}
+		created += evCreated
 		if created > 0 {
 			m.Logger.Info("created partitions ahead", "count", created)
 		}
@@ -316,7 +325,10 @@ func migrate(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	_, err = idempotency.EnsurePartitions(ctx, conn)
+	if _, err = idempotency.EnsurePartitions(ctx, conn); err != nil {
+		return err
+	}
+	_, err = events.EnsurePartitions(ctx, conn)
 	return err
 }
 

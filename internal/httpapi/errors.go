@@ -9,9 +9,12 @@ import (
 
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/dbstate"
+	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/jsonbody"
 	"github.com/phasepay/phasepay/internal/problem"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
 var (
@@ -49,6 +52,7 @@ type objectError interface {
 func problemFor(err error) problem.Problem {
 	var (
 		verr   *charges.ValidationError
+		jerr   *jsonbody.Error
 		tooBig *http.MaxBytesError
 	)
 	switch {
@@ -64,6 +68,12 @@ func problemFor(err error) problem.Problem {
 		p := problem.New(http.StatusBadRequest, problem.InvalidRequest, verr.Error())
 		p.Errors = verr.Fields
 		return p
+	case errors.As(err, &jerr):
+		p := problem.New(http.StatusBadRequest, problem.InvalidRequest, jerr.Error())
+		p.Errors = []problem.FieldError{{Field: jerr.Field, Message: jerr.Message}}
+		return p
+	case errors.Is(err, webhooks.ErrInvalid):
+		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
 	case errors.Is(err, idempotency.ErrBodyInvalid):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
 	case errors.Is(err, errContentType):
@@ -101,7 +111,8 @@ func problemFor(err error) problem.Problem {
 			"This request could not be completed automatically and is waiting for an operator. Retrying will not help until it is resolved.")
 	case errors.Is(err, errListParams):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
-	case errors.Is(err, charges.ErrNotFound), errors.Is(err, idempotency.ErrNotFound), errors.Is(err, errRouteNotFound):
+	case errors.Is(err, charges.ErrNotFound), errors.Is(err, idempotency.ErrNotFound), errors.Is(err, errRouteNotFound),
+		errors.Is(err, events.ErrNotFound), errors.Is(err, webhooks.ErrNotFound):
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such resource.")
 	case errors.Is(err, errMethodNotAllowed):
 		return problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "Method not allowed on this resource.")

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/problem"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
@@ -58,6 +59,10 @@ type Config struct {
 	// could then mint new metric series at will. Default
 	// "phasepay-api:0" (port 0: no server.port).
 	ServerAddr string
+	// WebhookAllowPrivate (WEBHOOK_ALLOW_PRIVATE=1) accepts webhook
+	// endpoint URLs on loopback, private and link-local addresses.
+	// Development only (chargectl listen).
+	WebhookAllowPrivate bool
 }
 
 // NewHandler returns the service's http.Handler.
@@ -78,7 +83,13 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.AuthCacheTTL == 0 {
 		cfg.AuthCacheTTL = 30 * time.Second
 	}
-	s := &server{cfg: cfg, log: cfg.Logger, auth: cfg.Authenticator}
+	// The webhook endpoints' optional Idempotency-Key: claim and finish in
+	// one transaction, so the lease and schedule never come into play.
+	keys, err := idempotency.NewStore(idempotency.Config{})
+	if err != nil {
+		return nil, err
+	}
+	s := &server{cfg: cfg, log: cfg.Logger, auth: cfg.Authenticator, keys: keys}
 	if s.auth == nil {
 		s.auth = tenants.NewAuthenticator(cfg.Pool, cfg.AuthCacheTTL)
 	}
@@ -111,6 +122,12 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		r.Get("/charges/{id}", s.getCharge)
 		r.Get("/idempotency_keys", s.listKeys)
 		r.Get("/idempotency_keys/*", s.getKey)
+		r.Get("/events", s.listEvents)
+		r.Get("/events/{id}", s.getEvent)
+		r.Get("/events/{id}/deliveries", s.listEventDeliveries)
+		r.Post("/webhook_endpoints", s.createWebhookEndpoint)
+		r.Get("/webhook_endpoints", s.listWebhookEndpoints)
+		r.Delete("/webhook_endpoints/{id}", s.deleteWebhookEndpoint)
 	})
 	// Outermost, so the request's span is in the context of everything
 	// below, the request log line included. It extracts the caller's W3C
@@ -168,6 +185,7 @@ type server struct {
 	cfg  Config
 	log  *slog.Logger
 	auth *tenants.Authenticator
+	keys *idempotency.Store
 }
 
 func (s *server) ready(w http.ResponseWriter, r *http.Request) {

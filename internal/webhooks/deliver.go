@@ -1,0 +1,499 @@
+package webhooks
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/phasepay/phasepay/internal/dbstate"
+	"github.com/phasepay/phasepay/internal/events"
+)
+
+// Defaults of DelivererConfig.
+const (
+	IntervalDefault    = time.Second
+	TimeoutDefault     = 10 * time.Second
+	LeaseDefault       = 30 * time.Second
+	RetryBaseDefault   = time.Second
+	RetryMaxDefault    = time.Hour
+	GiveUpAfterDefault = 72 * time.Hour
+	ParallelismDefault = 16
+	PerEndpointDefault = 2
+)
+
+// DelivererConfig configures a Deliverer.
+type DelivererConfig struct {
+	// Interval is the longest pause between two scans for due deliveries
+	// (REAPER_INTERVAL); a committed event wakes the deliverer at once
+	// through LISTEN/NOTIFY, so the first attempt usually starts within
+	// milliseconds of the commit, and within Interval if the notification
+	// is lost. Default 1s.
+	Interval time.Duration
+	// Timeout bounds one attempt, connection to last byte of the answer's
+	// head: an endpoint that does not answer within it failed the attempt.
+	// Default 10s (the contract's).
+	Timeout time.Duration
+	// Lease is how long a deliverer holds a delivery it took: after it,
+	// another deliverer may take the delivery over (and the first one's
+	// result is not recorded: it no longer holds the fencing token). Must
+	// exceed Timeout by a margin for the record's transaction. Default 30s.
+	Lease time.Duration
+	// RetryBase and RetryMax are the retry schedule (RETRY_BASE,
+	// RETRY_MAX): after the n-th failed attempt (n from 0) the next is due
+	// about RetryBase·2ⁿ later, jittered by ±25%, never more than RetryMax.
+	// Defaults 1s and 1h.
+	RetryBase, RetryMax time.Duration
+	// GiveUpAfter: a delivery that has not succeeded this long after its
+	// event was written is failed at its next failed attempt. Default 72h.
+	GiveUpAfter time.Duration
+	// Parallelism is how many attempts this deliverer makes at once; no
+	// endpoint ever has more than PerEndpoint of them, so a slow or dead
+	// endpoint holds at most PerEndpoint slots and delays no other
+	// endpoint. Defaults 16 and 2.
+	Parallelism, PerEndpoint int
+	// AllowPrivate (WEBHOOK_ALLOW_PRIVATE=1) lets deliveries connect to
+	// loopback, private and link-local addresses. Development only.
+	AllowPrivate bool
+	// Meter records the deliverer's metrics; default a no-op meter.
+	Meter metric.Meter
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Client, if set, replaces the HTTP client (tests only); it must keep
+	// the guard of DialControl unless AllowPrivate.
+	Client *http.Client
+}
+
+// Deliverer sends queued deliveries. Several may run at once, in one
+// process or many: each takes due deliveries with FOR UPDATE SKIP LOCKED
+// and a fenced lease, exactly like the reaper takes keys.
+type Deliverer struct {
+	cfg    DelivererConfig
+	pool   *pgxpool.Pool
+	client *http.Client
+	log    *slog.Logger
+	m      instruments
+
+	mu       sync.Mutex
+	inflight map[string]int // endpoint id → attempts in flight
+	running  int
+	// TestAttemptDone, if set, is called after each attempt is recorded
+	// (tests only).
+	TestAttemptDone func(Result)
+}
+
+// NewDeliverer validates cfg, fills its defaults and returns a Deliverer.
+func NewDeliverer(pool *pgxpool.Pool, cfg DelivererConfig) (*Deliverer, error) {
+	cfg.Interval = cmp.Or(cfg.Interval, IntervalDefault)
+	cfg.Timeout = cmp.Or(cfg.Timeout, TimeoutDefault)
+	cfg.Lease = cmp.Or(cfg.Lease, LeaseDefault)
+	cfg.RetryBase = cmp.Or(cfg.RetryBase, RetryBaseDefault)
+	cfg.RetryMax = cmp.Or(cfg.RetryMax, RetryMaxDefault)
+	cfg.GiveUpAfter = cmp.Or(cfg.GiveUpAfter, GiveUpAfterDefault)
+	cfg.Parallelism = cmp.Or(cfg.Parallelism, ParallelismDefault)
+	cfg.PerEndpoint = cmp.Or(cfg.PerEndpoint, PerEndpointDefault)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Meter == nil {
+		cfg.Meter = noop.NewMeterProvider().Meter("")
+	}
+	if cfg.Lease < cfg.Timeout+5*time.Second {
+		return nil, fmt.Errorf("webhooks: lease %s must exceed the attempt timeout %s by 5s", cfg.Lease, cfg.Timeout)
+	}
+	if cfg.Parallelism < 1 || cfg.PerEndpoint < 1 || cfg.RetryMax < cfg.RetryBase {
+		return nil, errors.New("webhooks: parallelism, per-endpoint limit and retry schedule must be positive and ordered")
+	}
+	m, err := newInstruments(cfg.Meter)
+	if err != nil {
+		return nil, err
+	}
+	client := cfg.Client
+	if client == nil {
+		client = NewClient(cfg.Timeout, cfg.AllowPrivate)
+	}
+	return &Deliverer{cfg: cfg, pool: pool, client: client, log: cfg.Logger, m: m, inflight: map[string]int{}}, nil
+}
+
+// NewClient returns the HTTP client deliveries are sent with: no proxy
+// (a proxy would connect to the address for us, past the guard), no
+// redirects (a 3xx is not a 2xx: the attempt failed, and a redirect could
+// point anywhere), every connection checked by DialControl unless
+// allowPrivate, the whole attempt bounded by timeout.
+func NewClient(timeout time.Duration, allowPrivate bool) *http.Client {
+	dialer := &net.Dialer{Timeout: timeout}
+	if !allowPrivate {
+		dialer.Control = DialControl
+	}
+	return &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			Proxy:                 nil,
+			DialContext:           dialer.DialContext,
+			TLSHandshakeTimeout:   timeout,
+			ResponseHeaderTimeout: timeout,
+			MaxIdleConnsPerHost:   PerEndpointDefault,
+			IdleConnTimeout:       90 * time.Second,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// Run delivers until ctx ends, then waits for the attempts in flight
+// (each bounded by Timeout) and returns nil.
+func (d *Deliverer) Run(ctx context.Context) error {
+	wake := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { d.listen(ctx, wake) })
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			d.backlog(ctx)
+		case <-wake:
+		}
+		if _, err := d.RunOnce(ctx, &wg, wake); err != nil && !errors.Is(err, context.Canceled) {
+			if dbstate.Unavailable(err) {
+				d.log.WarnContext(ctx, "webhook pass: database unavailable, retrying next pass", "error", err.Error())
+			} else {
+				d.log.ErrorContext(ctx, "webhook pass failed", "error", err.Error())
+			}
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(d.cfg.Interval)
+	}
+}
+
+// listen wakes the loop on every notification of a committed event, and
+// keeps trying to listen while the database is away. A lost notification
+// costs at most one Interval.
+func (d *Deliverer) listen(ctx context.Context, wake chan<- struct{}) {
+	for ctx.Err() == nil {
+		err := func() error {
+			conn, err := d.pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			if _, err := conn.Exec(ctx, "LISTEN "+events.NotifyChannel); err != nil {
+				return err
+			}
+			for {
+				if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+					// The connection may be mid-wait: do not hand it back.
+					conn.Conn().Close(context.Background()) //nolint:errcheck
+					return err
+				}
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		d.log.DebugContext(ctx, "webhook listener: reconnecting", "error", err.Error())
+		select {
+		case <-ctx.Done():
+		case <-time.After(d.cfg.Interval):
+		}
+	}
+}
+
+// claimSQL takes up to $1 due deliveries, oldest due first, skipping rows
+// another deliverer holds (SKIP LOCKED, and the lease re-checked against
+// the row's latest version) and the endpoints this deliverer already
+// sends PerEndpoint attempts to ($3). lock_version + 1 is the new holder's
+// fencing token; the lease covers one attempt and its record.
+const claimSQL = `
+WITH due AS (
+    SELECT tenant_id, event_id, endpoint_id, event_created_at
+      FROM webhook_deliveries
+     WHERE state = 'pending'
+       AND ` + dueAtExpr + ` <= phasepay_now()
+       AND NOT (endpoint_id = ANY ($3::text[]))
+     ORDER BY ` + dueAtExpr + `
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE webhook_deliveries d
+   SET lock_version = d.lock_version + 1,
+       locked_until = phasepay_now() + $2 * interval '1 microsecond'
+  FROM due, events e, webhook_endpoints w
+ WHERE d.tenant_id = due.tenant_id AND d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
+   AND d.event_created_at = due.event_created_at
+   AND e.tenant_id = d.tenant_id AND e.id = d.event_id AND e.created_at = d.event_created_at
+   AND w.tenant_id = d.tenant_id AND w.id = d.endpoint_id
+RETURNING d.tenant_id, d.event_id, d.event_created_at, d.endpoint_id, d.lock_version, d.attempts,
+          e.body, w.url, w.secret`
+
+// dueAtExpr is when a pending delivery may be taken: its next attempt due
+// and no live lease. Spelled as the index webhook_deliveries_due.
+const dueAtExpr = `greatest(next_attempt_at, coalesce(locked_until, '-infinity'::timestamptz))`
+
+type delivery struct {
+	TenantID       int64
+	EventID        string
+	EventCreatedAt time.Time
+	EndpointID     string
+	LockVersion    int64
+	Attempts       int
+	Body           []byte
+	URL, Secret    string
+}
+
+// Result is one recorded attempt.
+type Result struct {
+	EventID, EndpointID string
+	Attempt             int
+	StatusCode          int
+	Err                 string
+	// State is the delivery's state after it: pending (to be retried),
+	// succeeded or failed (given up). Empty if the lease was lost and
+	// nothing was recorded.
+	State string
+}
+
+// RunOnce takes as many due deliveries as there are free slots and starts
+// their attempts (in wg); it returns how many it started. Each attempt
+// signals wake when it ends, so a freed slot is filled at once.
+func (d *Deliverer) RunOnce(ctx context.Context, wg *sync.WaitGroup, wake chan<- struct{}) (int, error) {
+	started := 0
+	for {
+		d.mu.Lock()
+		free := d.cfg.Parallelism - d.running
+		saturated := []string{}
+		for id, n := range d.inflight {
+			if n >= d.cfg.PerEndpoint {
+				saturated = append(saturated, id)
+			}
+		}
+		d.mu.Unlock()
+		if free <= 0 {
+			return started, nil
+		}
+		rows, err := d.pool.Query(ctx, claimSQL, free, d.cfg.Lease.Microseconds(), saturated)
+		if err != nil {
+			return started, fmt.Errorf("claim deliveries: %w", err)
+		}
+		claimed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[delivery])
+		if err != nil {
+			return started, fmt.Errorf("claim deliveries: %w", err)
+		}
+		for _, dl := range claimed {
+			d.mu.Lock()
+			over := d.inflight[dl.EndpointID] >= d.cfg.PerEndpoint
+			if !over {
+				d.inflight[dl.EndpointID]++
+				d.running++
+			}
+			d.mu.Unlock()
+			if over {
+				// One batch took more of an endpoint's deliveries than
+				// its slots: hand the extra back, as it was.
+				if _, err := d.pool.Exec(ctx, unclaimSQL, dl.TenantID, dl.EventID, dl.EndpointID, dl.EventCreatedAt, dl.LockVersion); err != nil {
+					d.log.WarnContext(ctx, "could not hand back a delivery (its lease will run out)", "error", err.Error())
+				}
+				continue
+			}
+			started++
+			wg.Go(func() {
+				defer func() {
+					d.mu.Lock()
+					if d.inflight[dl.EndpointID]--; d.inflight[dl.EndpointID] == 0 {
+						delete(d.inflight, dl.EndpointID)
+					}
+					d.running--
+					d.mu.Unlock()
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
+				}()
+				// An attempt under way finishes and is recorded even at
+				// shutdown: it is bounded by Timeout.
+				d.attempt(context.WithoutCancel(ctx), dl)
+			})
+		}
+		if len(claimed) < free {
+			return started, nil
+		}
+	}
+}
+
+// unclaimSQL gives back a delivery taken but not attempted.
+const unclaimSQL = `
+UPDATE webhook_deliveries SET locked_until = NULL
+ WHERE tenant_id = $1 AND event_id = $2 AND endpoint_id = $3 AND event_created_at = $4 AND lock_version = $5`
+
+// recordSQL records an attempt, fenced by the holder's lock_version: a
+// deliverer whose lease ran out and was taken over records nothing (the new
+// holder's attempt will). Success ends the delivery; a failure schedules
+// the next attempt on the retry schedule (computed by the database, as for
+// keys: RetryBase·2ⁿ ±25%, at most RetryMax), or gives up once the event is
+// GiveUpAfter old. The attempt row is written in the same statement.
+const recordSQL = `
+WITH u AS (
+    UPDATE webhook_deliveries
+       SET attempts = attempts + 1,
+           locked_until = NULL,
+           last_error = left(nullif($6, ''), 1000),
+           state = CASE WHEN $7 THEN 'succeeded'
+                        WHEN event_created_at <= phasepay_now() - $10 * interval '1 microsecond' THEN 'failed'
+                        ELSE 'pending' END,
+           finished_at = CASE WHEN $7 OR event_created_at <= phasepay_now() - $10 * interval '1 microsecond'
+                              THEN phasepay_now() END,
+           next_attempt_at = phasepay_now() + least(least($8 * power(2, least(attempts, 40)), $9) * (0.75 + random() / 2), $9)
+                                              * interval '1 microsecond'
+     WHERE tenant_id = $1 AND event_id = $2 AND endpoint_id = $3 AND event_created_at = $4
+       AND lock_version = $5 AND state = 'pending'
+    RETURNING tenant_id, event_id, endpoint_id, event_created_at, attempts, state, phasepay_now() - event_created_at AS age
+), a AS (
+    INSERT INTO webhook_attempts (tenant_id, event_id, event_created_at, endpoint_id, attempt, attempted_at,
+                                  status_code, latency_ms, error)
+    SELECT tenant_id, event_id, event_created_at, endpoint_id, attempts, $11, nullif($12, 0), $13, nullif($6, '')
+      FROM u
+)
+SELECT attempts, state, extract(epoch FROM age)::float8 FROM u`
+
+// attempt sends one delivery and records the outcome.
+func (d *Deliverer) attempt(ctx context.Context, dl delivery) {
+	start := time.Now()
+	status, errText := d.send(ctx, dl)
+	latency := time.Since(start)
+	ok := errText == ""
+	res := Result{EventID: dl.EventID, EndpointID: dl.EndpointID, StatusCode: status, Err: errText}
+	var age float64
+	err := d.pool.QueryRow(ctx, recordSQL, dl.TenantID, dl.EventID, dl.EndpointID, dl.EventCreatedAt, dl.LockVersion,
+		errText, ok, d.cfg.RetryBase.Microseconds(), d.cfg.RetryMax.Microseconds(), d.cfg.GiveUpAfter.Microseconds(),
+		start, status, latency.Milliseconds()).Scan(&res.Attempt, &res.State, &age)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		d.log.InfoContext(ctx, "webhook attempt not recorded: lease lost to another deliverer", "event", dl.EventID, "endpoint", dl.EndpointID)
+	case err != nil:
+		// The lease runs out and the delivery is attempted again: at
+		// least once.
+		d.log.WarnContext(ctx, "could not record webhook attempt", "event", dl.EventID, "endpoint", dl.EndpointID, "error", err.Error())
+	default:
+		ep := metric.WithAttributes(attribute.String("endpoint", dl.EndpointID))
+		d.m.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("endpoint", dl.EndpointID), attribute.Bool("ok", ok)))
+		d.m.attemptSeconds.Record(ctx, latency.Seconds())
+		switch res.State {
+		case "succeeded":
+			d.m.deliverySeconds.Record(ctx, age)
+		case "failed":
+			d.m.failed.Add(ctx, 1, ep)
+			d.log.WarnContext(ctx, "webhook delivery given up", "event", dl.EventID, "endpoint", dl.EndpointID,
+				"attempts", res.Attempt, "error", errText)
+		}
+	}
+	if d.TestAttemptDone != nil {
+		d.TestAttemptDone(res)
+	}
+}
+
+// send POSTs the event and returns the answer's status and, if the attempt
+// failed, why.
+func (d *Deliverer) send(ctx context.Context, dl delivery) (int, string) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dl.URL, bytes.NewReader(dl.Body))
+	if err != nil {
+		return 0, err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "phasepay-webhooks/1")
+	req.Header.Set(SignatureHeader, Sign(dl.Secret, time.Now(), dl.Body))
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, "answered " + strconv.Itoa(resp.StatusCode)
+	}
+	return resp.StatusCode, ""
+}
+
+// backlogSQL measures what waits: pending deliveries and the age of the
+// oldest one's event. Served by the partial index webhook_deliveries_due.
+const backlogSQL = `
+SELECT count(*), coalesce(extract(epoch FROM phasepay_now() - min(event_created_at)), 0)::float8
+  FROM webhook_deliveries WHERE state = 'pending'`
+
+// Backlog returns how many deliveries are pending and the age, in
+// seconds, of the oldest one's event.
+func Backlog(ctx context.Context, q events.DBTX) (count int64, oldest float64, err error) {
+	if err := q.QueryRow(ctx, backlogSQL).Scan(&count, &oldest); err != nil {
+		return 0, 0, fmt.Errorf("webhook backlog: %w", err)
+	}
+	return count, oldest, nil
+}
+
+func (d *Deliverer) backlog(ctx context.Context) {
+	n, age, err := Backlog(ctx, d.pool)
+	if err != nil {
+		return // the pass that follows reports the database
+	}
+	d.m.backlog.Record(ctx, n)
+	d.m.backlogAge.Record(ctx, age)
+}
+
+type instruments struct {
+	attempts, failed                metric.Int64Counter
+	attemptSeconds, deliverySeconds metric.Float64Histogram
+	backlog                         metric.Int64Gauge
+	backlogAge                      metric.Float64Gauge
+}
+
+func newInstruments(m metric.Meter) (instruments, error) {
+	var (
+		in   instruments
+		errs []error
+		err  error
+	)
+	in.attempts, err = m.Int64Counter("phasepay.webhooks.attempts", metric.WithDescription("Webhook delivery attempts, by endpoint and whether they got a 2xx."))
+	errs = append(errs, err)
+	in.failed, err = m.Int64Counter("phasepay.webhooks.failed", metric.WithDescription("Webhook deliveries given up after 3 days of failed attempts, by endpoint."))
+	errs = append(errs, err)
+	in.attemptSeconds, err = m.Float64Histogram("phasepay.webhooks.attempt.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of one webhook attempt, up to the endpoint's answer or the timeout."))
+	errs = append(errs, err)
+	in.deliverySeconds, err = m.Float64Histogram("phasepay.webhooks.delivery.latency", metric.WithUnit("s"),
+		metric.WithDescription("From an event's commit to its successful delivery to one endpoint."))
+	errs = append(errs, err)
+	in.backlog, err = m.Int64Gauge("phasepay.webhooks.backlog", metric.WithDescription("Webhook deliveries pending (not yet succeeded nor given up)."))
+	errs = append(errs, err)
+	in.backlogAge, err = m.Float64Gauge("phasepay.webhooks.backlog.oldest_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest event with a pending delivery. Alarm when it grows past minutes."))
+	errs = append(errs, err)
+	if in.failed != nil {
+		in.failed.Add(context.Background(), 0)
+	}
+	return in, errors.Join(errs...)
+}
