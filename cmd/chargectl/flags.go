@@ -17,11 +17,18 @@ const usage = `Usage:
   chargectl charge --amount N --currency CUR --payment-method PM [--description D] [--metadata K=V ...]
   chargectl get CHARGE_ID
   chargectl resume [--progress DUR]
+  chargectl listen [--addr HOST:PORT] [--events TYPE,TYPE|*]
 
 resume drives every journaled charge to its end and prints one line per
 charge: key, outcome (the charge's status, declined, failed, unresolved,
 unknown or error), charge id, and the server's status, code and detail. A
 progress line goes to stderr every --progress (default 5s; 0: none).
+
+listen (development) receives webhooks on --addr (default a free port on
+127.0.0.1), registers itself as a webhook endpoint for --events (default
+*; the api must run with WEBHOOK_ALLOW_PRIVATE=1), verifies each
+delivery's signature and prints each event on its own line. Ctrl-C
+deletes the endpoint and exits.
 
 Flags of every command (before or after it):
   --api-url URL      API base URL (env PHASEPAY_API_URL, default ` + APIURLDefault + `)
@@ -53,7 +60,7 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 		return flagError(err)
 	}
 	if top.NArg() == 0 {
-		return errors.New("missing command: charge, get or resume")
+		return errors.New("missing command: charge, get, resume or listen")
 	}
 	m.Command = top.Arg(0)
 
@@ -83,9 +90,12 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 		})
 	case "resume":
 		fs.DurationVar(&m.ProgressEvery, "progress", m.ProgressEvery, "pause between progress lines on stderr (0: none)")
+	case "listen":
+		fs.StringVar(&m.ListenAddr, "addr", m.ListenAddr, "listen address of the webhook receiver")
+		fs.StringVar(&m.ListenEvents, "events", m.ListenEvents, "event types, comma-separated, or *")
 	case "get":
 	default:
-		return fmt.Errorf("unknown command %q: want charge, get or resume", m.Command)
+		return fmt.Errorf("unknown command %q: want charge, get, resume or listen", m.Command)
 	}
 	pos, err := parseInterspersed(fs, top.Args()[1:])
 	if err != nil {
@@ -109,9 +119,9 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 			return errors.New("get: want exactly one charge id")
 		}
 		m.ChargeID = pos[0]
-	case "resume":
+	case "resume", "listen":
 		if len(pos) > 0 {
-			return fmt.Errorf("resume: unexpected argument %q", pos[0])
+			return fmt.Errorf("%s: unexpected argument %q", m.Command, pos[0])
 		}
 	}
 
@@ -121,7 +131,7 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	if m.MaxElapsed <= 0 {
 		return errors.New("--max-elapsed must be positive")
 	}
-	if m.JournalDir == "" && m.Command != "get" {
+	if m.JournalDir == "" && m.Command != "get" && m.Command != "listen" {
 		dir, err := defaultJournalDir(getenv)
 		if err != nil {
 			return err

@@ -94,6 +94,13 @@ type Main struct {
 	// ProgressEvery is the pause between resume's progress lines on
 	// stderr; 0 prints none.
 	ProgressEvery time.Duration
+	// ListenAddr and ListenEvents are where `listen` receives webhooks and
+	// which event types it registers for (comma-separated, "*" for all).
+	ListenAddr, ListenEvents string
+	// ListenReady and ListenReceived, if set, are told the listener's URL
+	// once it is registered and each verified event (tests only).
+	ListenReady    func(url string)
+	ListenReceived func(client.Event)
 
 	Stdout, Stderr io.Writer
 }
@@ -102,11 +109,14 @@ type Main struct {
 // environment.
 func NewMain() *Main {
 	return &Main{APIURL: APIURLDefault, MaxElapsed: client.MaxElapsedDefault, ProgressEvery: ProgressEveryDefault,
-		Stdout: io.Discard, Stderr: io.Discard}
+		ListenAddr: ListenAddrDefault, ListenEvents: "*", Stdout: io.Discard, Stderr: io.Discard}
 }
 
 // Run executes the command. Its error is what the user reads.
 func (m *Main) Run(ctx context.Context) error {
+	if m.Command == "listen" {
+		return m.listen(ctx)
+	}
 	cfg := client.Config{BaseURL: m.APIURL, APIKey: m.APIKey, HTTPClient: m.HTTPClient, MaxElapsed: m.MaxElapsed}
 	prog := &progress{}
 	if m.Command == "resume" {
