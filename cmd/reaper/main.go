@@ -25,12 +25,14 @@ import (
 
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/envconfig"
+	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/platform"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
 	"github.com/phasepay/phasepay/internal/telemetry"
+	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
 func main() {
@@ -50,6 +52,10 @@ Configuration is by environment variable:
   LEASE                lease taken by a takeover; must match the API's (default 60s)
   REAPER_INTERVAL      pause between passes (default 1s)
   RETENTION            how long a finished key is kept (default 24h)
+  EVENTS_RETENTION     how long events and webhook deliveries are kept
+                       (default 720h; never a day still being retried)
+  WEBHOOK_ALLOW_PRIVATE  1: deliver webhooks to loopback, private and
+                       link-local addresses (development only)
   REAPER_METRICS_ADDR  listen address of GET /metrics (METRICS_ADDR is
                        accepted too); empty: no metrics listener
   OTEL_*               OpenTelemetry SDK variables
@@ -99,6 +105,12 @@ type Config struct {
 	// MetricsAddr (REAPER_METRICS_ADDR, else METRICS_ADDR, the api's name
 	// for the same thing) serves /metrics; empty: none.
 	MetricsAddr string
+	// EventsRetention (EVENTS_RETENTION) is how long events and their
+	// deliveries are kept; see webhooks.DelivererConfig.Retention.
+	EventsRetention time.Duration
+	// WebhookAllowPrivate (WEBHOOK_ALLOW_PRIVATE=1) lets deliveries reach
+	// loopback, private and link-local addresses: development only.
+	WebhookAllowPrivate bool
 }
 
 // PSPEmbedded is the PSP_URL that selects an in-process mock PSP.
@@ -137,6 +149,15 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.Retention <= c.Lease {
 		return Config{}, fmt.Errorf("RETENTION: %s must exceed LEASE %s (and every client's retry window)", c.Retention, c.Lease)
+	}
+	if c.EventsRetention, err = envconfig.Duration(getenv, "EVENTS_RETENTION", events.RetentionDefault); err != nil {
+		return Config{}, err
+	}
+	if c.EventsRetention <= webhooks.GiveUpAfterDefault {
+		return Config{}, fmt.Errorf("EVENTS_RETENTION: %s must exceed the %s webhook deliveries are retried", c.EventsRetention, webhooks.GiveUpAfterDefault)
+	}
+	if c.WebhookAllowPrivate, err = envconfig.Bool(getenv, "WEBHOOK_ALLOW_PRIVATE", false); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }
@@ -215,9 +236,27 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Webhook delivery runs beside the passes, not in them: a pass may
+	// spend a lease driving keys, and deliveries must start within a
+	// REAPER_INTERVAL of their event.
+	deliverer, err := webhooks.NewDeliverer(pool, webhooks.DelivererConfig{
+		Interval:     m.Config.Interval,
+		RetryBase:    m.Config.RetryBase,
+		RetryMax:     m.Config.RetryMax,
+		Retention:    m.Config.EventsRetention,
+		AllowPrivate: m.Config.WebhookAllowPrivate,
+		Meter:        tel.Meter.Meter("github.com/phasepay/phasepay/internal/webhooks"),
+		Logger:       m.Logger,
+	})
+	if err != nil {
+		return err
+	}
 	m.Logger.Info("reaper running", "interval", m.Config.Interval.String(), "retention", m.Config.Retention.String(),
 		"lease", m.Config.Lease.String())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = deliverer.Run(ctx) }) // returns nil when ctx ends
 	err = r.Run(ctx)
+	wg.Wait()
 	m.Logger.Info("reaper stopped")
 	return err
 }

@@ -76,6 +76,15 @@ type DelivererConfig struct {
 	// Client, if set, replaces the HTTP client (tests only); it must keep
 	// the guard of DialControl unless AllowPrivate.
 	Client *http.Client
+	// Retention (EVENTS_RETENTION) is how long events, deliveries and
+	// attempts are kept after their day ends; a day holding a delivery
+	// still pending is kept until it ends. Default 30 days
+	// (events.RetentionDefault); it must exceed GiveUpAfter.
+	Retention time.Duration
+	// MaintenanceInterval is the least time between two partition
+	// maintenance passes (create days ahead, drop days past Retention),
+	// made by one deliverer at a time. Default 1m.
+	MaintenanceInterval time.Duration
 }
 
 // Deliverer sends queued deliveries. Several may run at once, in one
@@ -91,6 +100,8 @@ type Deliverer struct {
 	mu       sync.Mutex
 	inflight map[string]int // endpoint id → attempts in flight
 	running  int
+
+	lastMaintenance time.Time // touched by Run's goroutine only
 	// TestAttemptDone, if set, is called after each attempt is recorded
 	// (tests only).
 	TestAttemptDone func(Result)
@@ -106,6 +117,8 @@ func NewDeliverer(pool *pgxpool.Pool, cfg DelivererConfig) (*Deliverer, error) {
 	cfg.GiveUpAfter = cmp.Or(cfg.GiveUpAfter, GiveUpAfterDefault)
 	cfg.Parallelism = cmp.Or(cfg.Parallelism, ParallelismDefault)
 	cfg.PerEndpoint = cmp.Or(cfg.PerEndpoint, PerEndpointDefault)
+	cfg.Retention = cmp.Or(cfg.Retention, events.RetentionDefault)
+	cfg.MaintenanceInterval = cmp.Or(cfg.MaintenanceInterval, time.Minute)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -114,6 +127,9 @@ func NewDeliverer(pool *pgxpool.Pool, cfg DelivererConfig) (*Deliverer, error) {
 	}
 	if cfg.Lease < cfg.Timeout+5*time.Second {
 		return nil, fmt.Errorf("webhooks: lease %s must exceed the attempt timeout %s by 5s", cfg.Lease, cfg.Timeout)
+	}
+	if cfg.Retention <= cfg.GiveUpAfter {
+		return nil, fmt.Errorf("webhooks: EVENTS_RETENTION %s must exceed the 3 days deliveries are retried (%s)", cfg.Retention, cfg.GiveUpAfter)
 	}
 	if cfg.Parallelism < 1 || cfg.PerEndpoint < 1 || cfg.RetryMax < cfg.RetryBase {
 		return nil, errors.New("webhooks: parallelism, per-endpoint limit and retry schedule must be positive and ordered")
@@ -168,6 +184,9 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			d.backlog(ctx)
+			if err := d.maintain(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				d.log.WarnContext(ctx, "event partition maintenance failed; retried next pass", "error", err.Error())
+			}
 		case <-wake:
 		}
 		if _, err := d.RunOnce(ctx, &wg, wake); err != nil && !errors.Is(err, context.Canceled) {
