@@ -99,6 +99,10 @@ type PartitionReport struct {
 	Dropped []string
 	// Kept names the expired partitions kept, with why.
 	Kept []KeptPartition
+	// DroppedHeads names the monthly partitions of key heads dropped
+	// (migrations/00008): those with no day partition left of their month
+	// or before.
+	DroppedHeads []string
 }
 
 // KeptPartition is an expired partition that was not dropped.
@@ -197,7 +201,70 @@ func DropExpiredPartitions(ctx context.Context, q Beginner, retention time.Durat
 		}
 		report.Dropped = append(report.Dropped, p.name)
 	}
-	return report, nil
+	dropped, err := dropExpiredHeadMonths(ctx, q)
+	report.DroppedHeads = dropped
+	return report, err
+}
+
+// listHeadMonthsSQL finds the monthly partitions of key heads (attached or
+// left detached by an interrupted pass) that end at or before the first day
+// of the oldest day partition left, attached or not: every key of theirs
+// is gone. With no day partition left at all, none is listed.
+const listHeadMonthsSQL = `
+WITH oldest AS (
+    SELECT min(to_date(substring(relname from '[0-9]{8}$'), 'YYYYMMDD')) AS day
+      FROM pg_class
+     WHERE relkind = 'r' AND relname ~ '^idempotency_keys_p[0-9]{8}$' AND pg_table_is_visible(oid)
+)
+SELECT c.relname, i.inhrelid IS NOT NULL AS attached, coalesce(i.inhdetachpending, false) AS detach_pending
+  FROM pg_class c
+  LEFT JOIN pg_inherits i ON i.inhrelid = c.oid AND i.inhparent = 'idempotency_key_heads'::regclass
+  CROSS JOIN oldest
+ WHERE c.relkind = 'r'
+   AND c.relname ~ '^idempotency_key_heads_p[0-9]{6}$'
+   AND pg_table_is_visible(c.oid)
+   AND to_date(substring(c.relname from '[0-9]{6}$') || '01', 'YYYYMMDD') + interval '1 month' <= oldest.day
+ ORDER BY c.relname`
+
+// dropExpiredHeadMonths drops the months listHeadMonthsSQL lists, as days
+// are dropped: DETACH … CONCURRENTLY (heads have no DEFAULT partition),
+// then DROP TABLE.
+func dropExpiredHeadMonths(ctx context.Context, q Beginner) ([]string, error) {
+	type month struct {
+		name                    string
+		attached, detachPending bool
+	}
+	rows, err := q.Query(ctx, listHeadMonthsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list head months: %w", err)
+	}
+	months, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (month, error) {
+		var m month
+		err := row.Scan(&m.name, &m.attached, &m.detachPending)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list head months: %w", err)
+	}
+	var dropped []string
+	for _, m := range months {
+		ident := pgx.Identifier{m.name}.Sanitize()
+		switch {
+		case m.detachPending:
+			if _, err := q.Exec(ctx, "ALTER TABLE idempotency_key_heads DETACH PARTITION "+ident+" FINALIZE"); err != nil {
+				return dropped, fmt.Errorf("finalize detach of %s: %w", m.name, err)
+			}
+		case m.attached:
+			if _, err := q.Exec(ctx, "ALTER TABLE idempotency_key_heads DETACH PARTITION "+ident+" CONCURRENTLY"); err != nil {
+				return dropped, fmt.Errorf("detach %s: %w", m.name, err)
+			}
+		}
+		if _, err := q.Exec(ctx, "DROP TABLE "+ident); err != nil {
+			return dropped, fmt.Errorf("drop %s: %w", m.name, err)
+		}
+		dropped = append(dropped, m.name)
+	}
+	return dropped, nil
 }
 
 // keepReason says why an expired partition must stay, or "" if it may go.

@@ -88,16 +88,15 @@ const claimLockSQL = `SELECT current_setting('transaction_isolation'), pg_adviso
 // REPEATABLE READ or SERIALIZABLE transaction; Claim refuses a caller's
 // transaction that is.)
 //
-// Every partition is probed (an index lookup on each live day); no created_at
-// bound can be put on the lookup, since a key's age is not known before it
-// is found.
+// The key is found through its heads (idempotency_keys_newest,
+// migrations/00008): one probe of the month's heads and, for a key that
+// exists, one of the day partition that holds it, however many days are
+// kept. A new key's row is routed to today's partition alone, and its
+// head is written by the table's trigger in the same statement.
 const claimSQL = `
 WITH existing AS (
     SELECT ` + recordColumns + `
-      FROM idempotency_keys
-     WHERE tenant_id = $1 AND key = $2
-     ORDER BY created_at DESC
-     LIMIT 1
+      FROM idempotency_keys_newest($1, $2)
 ), inserted AS (
     INSERT INTO idempotency_keys
            (tenant_id, key, fingerprint, request_method, request_path, request_body, locked_until, trace_context,
@@ -173,10 +172,10 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p ClaimParams) (rec Record
 	return rec, created, nil
 }
 
-// lookupSQL reads the newest incarnation of a key.
+// lookupSQL reads the newest incarnation of a key, through its heads (see
+// claimSQL): one round trip, whose cost does not grow with the days kept.
 const lookupSQL = `SELECT false, ` + recordColumns + `
-  FROM idempotency_keys WHERE tenant_id = $1 AND key = $2
- ORDER BY created_at DESC LIMIT 1`
+  FROM idempotency_keys_newest($1, $2)`
 
 // Lookup reads a key. It returns ErrNotFound if there is none.
 func (s *Store) Lookup(ctx context.Context, q DBTX, tenantID int64, key string) (Record, error) {

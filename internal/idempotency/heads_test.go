@@ -1,0 +1,131 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/testdb"
+)
+
+// dayPartitionsLocked counts the days whose partition (or one of its
+// indexes) this transaction's backend holds a lock on: the relations its
+// statements opened.
+func dayPartitionsLocked(t *testing.T, tx pgx.Tx) int {
+	t.Helper()
+	var n int
+	require.NoError(t, tx.QueryRow(context.Background(), `
+		SELECT count(DISTINCT substring(c.relname from '^idempotency_keys_p([0-9]{8})')) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+		 WHERE l.pid = pg_backend_pid() AND c.relname ~ '^idempotency_keys_p[0-9]{8}'`).Scan(&n))
+	return n
+}
+
+// A claim and a lookup whose cost grew with the days kept: each probed every
+// daily partition, and a new key is a miss in all of them. Through the
+// heads (migrations/00008), with 30 days kept, a lookup of a missing key
+// opens no day partition, a lookup of an existing key opens only its own
+// day, and a claim of a new key only today's.
+func TestClaimCostIndependentOfPartitionCount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.pool.Exec(ctx, `SELECT idempotency_keys_ensure_partitions((phasepay_now() AT TIME ZONE 'UTC')::date - 29, 30)`)
+	require.NoError(t, err)
+	var parts int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'idempotency_keys'::regclass`).Scan(&parts))
+	require.GreaterOrEqual(t, parts, 30)
+	finishedKey(t, b, day(-10).Add(time.Hour), "old", true)
+
+	// Several times each, so that cached generic plans are in use too.
+	for range 8 {
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := b.store.Lookup(ctx, tx, b.tenant, "missing")
+			require.ErrorIs(t, err, idempotency.ErrNotFound)
+			require.Zero(t, dayPartitionsLocked(t, tx), "a missing key's lookup opened day partitions")
+			return nil
+		}))
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			rec, err := b.store.Lookup(ctx, tx, b.tenant, "old")
+			require.NoError(t, err)
+			require.Equal(t, "old", rec.Key)
+			require.Equal(t, 1, dayPartitionsLocked(t, tx), "an existing key's lookup opened other days")
+			return nil
+		}))
+		require.ErrorIs(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			_, created, err := b.store.Claim(ctx, tx, idempotency.ClaimParams{TenantID: b.tenant, Key: "new", Request: b.req})
+			require.NoError(t, err)
+			require.True(t, created)
+			require.Equal(t, 1, dayPartitionsLocked(t, tx), "a new key's claim opened other days")
+			return errRollback
+		}), errRollback)
+	}
+}
+
+var errRollback = errors.New("rolled back on purpose")
+
+// A key row written without a claim (a fixture, an operator's INSERT) must
+// not be invisible to claims: the trigger gives it its head, so a claim of
+// the same key finds it instead of creating a second row.
+func TestKeyInsertedDirectlyIsFoundByClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.pool.Exec(ctx, `
+		INSERT INTO idempotency_keys (tenant_id, key, fingerprint, request_method, request_path, request_body)
+		VALUES ($1, 'direct', $2, 'POST', '/v1/things', '{}')`, b.tenant, b.req.Fingerprint[:])
+	require.NoError(t, err)
+	_, created, err := claim(ctx, b.pool, b.store, b.tenant, "direct", b.req)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, 1, countRows(t, b.pool, b.tenant, "direct"))
+}
+
+// Retention drops a month of heads only with the last day of that month or
+// before: a head outlives its key's day at most by a month, and no head of a
+// key still stored is ever dropped. A head whose day is gone is a miss, and
+// the key can be claimed again.
+func TestHeadMonthDroppedWithItsLastDay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	// Two days of a month a year back, one day of the next month.
+	m := time.Date(time.Now().UTC().Year()-1, time.March, 1, 0, 0, 0, 0, time.UTC)
+	first, second, next := m.AddDate(0, 0, 9), m.AddDate(0, 0, 19), m.AddDate(0, 1, 4)
+	finishedKey(t, b, first.Add(time.Hour), "a", true)
+	finishedKey(t, b, second.Add(time.Hour), "b", true)
+	finishedKey(t, b, next.Add(time.Hour), "c", true)
+	month := "idempotency_key_heads_p" + m.Format("200601")
+
+	// The first day goes; its month stays for the second's key.
+	report, err := idempotency.DropExpiredPartitions(ctx, testdb.Pool(t, b.url, first.Add(72*time.Hour)), 24*time.Hour)
+	require.NoError(t, err)
+	require.Contains(t, report.Dropped, partitionName(first))
+	require.Empty(t, report.DroppedHeads)
+	require.True(t, partitionExists(t, b.pool, month))
+	_, err = b.store.Lookup(ctx, b.pool, b.tenant, "a")
+	require.ErrorIs(t, err, idempotency.ErrNotFound, "a head whose day was dropped is a miss")
+	rec, err := b.store.Lookup(ctx, b.pool, b.tenant, "b")
+	require.NoError(t, err)
+	require.Equal(t, "b", rec.Key)
+	finishedKey(t, b, second.Add(2*time.Hour), "a", true) // a forgotten key is a new request
+	rec, err = b.store.Lookup(ctx, b.pool, b.tenant, "a")
+	require.NoError(t, err)
+	require.Equal(t, second.Add(2*time.Hour), rec.CreatedAt.UTC(), "the newest head wins")
+
+	// Early next month every day of the month has expired and goes: the
+	// month of heads has no day left, and goes too; the next month stays
+	// with its day.
+	report, err = idempotency.DropExpiredPartitions(ctx, testdb.Pool(t, b.url, m.AddDate(0, 1, 2)), 24*time.Hour)
+	require.NoError(t, err)
+	require.Contains(t, report.Dropped, partitionName(second))
+	require.Equal(t, []string{month}, report.DroppedHeads)
+	require.False(t, partitionExists(t, b.pool, month))
+	rec, err = b.store.Lookup(ctx, b.pool, b.tenant, "c")
+	require.NoError(t, err)
+	require.Equal(t, "c", rec.Key)
+}
