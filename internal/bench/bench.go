@@ -86,6 +86,7 @@ type Results struct {
 	ClaimByPartitions       []PartitionClaim `json:"claim_by_partitions"`
 	InstrumentationOverhead []Overhead       `json:"instrumentation_overhead"`
 	DropImpact              DropImpact       `json:"drop_impact"`
+	TenantFKs               TenantFKs        `json:"tenant_foreign_keys"`
 	Targets                 []Target         `json:"targets"`
 }
 
@@ -197,6 +198,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		{"round trips per new charge and replay", e.roundTrips},
 		{"new charges, replays, 409s (alternating with bare baselines)", e.loads},
 		{"instrumentation overhead (alternating on/off)", e.instrumentation},
+		{"tenant foreign keys (alternating with/without)", e.tenantFKs},
 		{"claim by partition count", e.claimByPartitions},
 		{"cost growth with stored keys", e.growth},
 		{"retention: drop vs delete, claims during the drop", e.retention},

@@ -386,3 +386,70 @@ func (e *env) instrumentation(ctx context.Context, res *Results) error {
 	}
 	return nil
 }
+
+// TenantFKs compares new charges with the foreign keys to tenants that
+// migrations/00008 dropped put back, and without them, alternating.
+type TenantFKs struct {
+	Clients int        `json:"clients"`
+	With    LoadResult `json:"with_foreign_keys"`
+	Without LoadResult `json:"without"`
+	// Ratio is without ÷ with throughput.
+	Ratio float64 `json:"ratio"`
+}
+
+// tenantFKSQL puts the foreign keys back (validating the rows stored so far,
+// which the benchmark's tenant all pass) or drops them.
+var tenantFKSQL = map[bool][]string{
+	true: {
+		`ALTER TABLE idempotency_keys ADD CONSTRAINT bench_keys_tenant_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id)`,
+		`ALTER TABLE charges ADD CONSTRAINT bench_charges_tenant_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id)`,
+	},
+	false: {
+		`ALTER TABLE idempotency_keys DROP CONSTRAINT IF EXISTS bench_keys_tenant_fkey`,
+		`ALTER TABLE charges DROP CONSTRAINT IF EXISTS bench_charges_tenant_fkey`,
+	},
+}
+
+// tenantFKs measures new charges at 8 clients (the highest level up to 8)
+// with and without the tenant foreign keys, alternating.
+func (e *env) tenantFKs(ctx context.Context, res *Results) error {
+	base, stop, err := e.startStack(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	c := e.cfg.Levels[0]
+	for _, l := range e.cfg.Levels {
+		if l <= 8 {
+			c = l
+		}
+	}
+	set := func(with bool) error {
+		for _, stmt := range tenantFKSQL[with] {
+			if _, err := e.pool.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	defer set(false) //nolint:errcheck
+	var setErr error
+	run := func(with bool) func(rep int) LoadResult {
+		return func(rep int) LoadResult {
+			if err := set(with); err != nil {
+				setErr = err
+				return LoadResult{}
+			}
+			return load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
+				return request{keyf("fk-%v-%d-%d-%d", with, rep, w, i), []byte(visa)}
+			}, nil)
+		}
+	}
+	with, without := alternate(e.cfg.Reps, run(true), run(false))
+	if setErr != nil {
+		return setErr
+	}
+	res.TenantFKs = TenantFKs{Clients: c, With: with, Without: without, Ratio: ratio(without.PerSec, with.PerSec)}
+	e.log("  %d clients: with the foreign keys %.0f/s, without %.0f/s (%.2f×)", c, with.PerSec, without.PerSec, res.TenantFKs.Ratio)
+	return nil
+}

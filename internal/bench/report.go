@@ -112,6 +112,10 @@ func (r *Results) Table() string {
 	for _, o := range r.InstrumentationOverhead {
 		p("| tracing (all sampled, OTLP) + metrics | %d | %.0f | %.0f | %.1f%% |\n", o.Clients, o.On.PerSec, o.Off.PerSec, 100*o.Overhead)
 	}
+	if f := r.TenantFKs; f.Clients > 0 {
+		p("\nNew charges at %d clients with the foreign keys to tenants put back: %.0f/s; without: %.0f/s (%.2f×).\n",
+			f.Clients, f.With.PerSec, f.Without.PerSec, f.Ratio)
+	}
 	d := r.DropImpact
 	p("\nClaims during the drop of a %d-key partition: p50 / p99 %.3f / %.3f ms over %d claims; without: %.3f / %.3f ms.\n",
 		d.Rows, d.DuringP50, d.DuringP99, d.DuringClaims, d.QuietP50, d.QuietP99)

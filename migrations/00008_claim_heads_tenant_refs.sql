@@ -162,7 +162,50 @@ SELECT idempotency_key_heads_ensure_month(d)
 INSERT INTO idempotency_key_heads (tenant_id, key, created_at)
 SELECT tenant_id, key, created_at FROM idempotency_keys;
 
+-- Tenant integrity without a lock on the tenant's row.
+--
+-- The foreign keys from idempotency_keys and charges to tenants made every
+-- insert of a new charge lock its tenant's one row FOR KEY SHARE (twice:
+-- the key, then the charge). All of a tenant's requests share that row, so
+-- under concurrency the locks become MultiXacts, which every insert then
+-- creates, extends and looks up: at 8 clients a scratch copy without them
+-- served about 1.6× the new charges per second.
+--
+-- Integrity is kept by where tenant_id comes from and by tenants never
+-- going away:
+--   * every tenant_id phasepay writes into these tables is the one of the
+--     authenticated API key (api_keys keeps its foreign key: keys are
+--     created rarely, and an unknown tenant there is refused), or is copied
+--     from a row that already has one (a takeover, the reaper);
+--   * a tenant referenced by nothing but a key must not disappear under
+--     it: deleting a tenant is refused (there is no operation that deletes
+--     one, and an operator's DELETE would orphan its charges), and its id
+--     is GENERATED ALWAYS, which UPDATE cannot change.
+-- The key and charge tables of other operations keep their foreign keys
+-- until measured to need the same.
+ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_tenant_id_fkey;
+ALTER TABLE charges DROP CONSTRAINT charges_tenant_id_fkey;
+
+-- +goose StatementBegin
+CREATE FUNCTION tenants_refuse_delete() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'tenants are never deleted: their keys and charges refer to them by id'
+        USING ERRCODE = 'restrict_violation';
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER tenants_refuse_delete BEFORE DELETE ON tenants
+    FOR EACH ROW EXECUTE FUNCTION tenants_refuse_delete();
+CREATE TRIGGER tenants_refuse_truncate BEFORE TRUNCATE ON tenants
+    FOR EACH STATEMENT EXECUTE FUNCTION tenants_refuse_delete();
+
 -- +goose Down
+DROP TRIGGER tenants_refuse_truncate ON tenants;
+DROP TRIGGER tenants_refuse_delete ON tenants;
+DROP FUNCTION tenants_refuse_delete();
+ALTER TABLE charges ADD CONSTRAINT charges_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id);
+ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id);
 DROP TRIGGER idempotency_keys_head ON idempotency_keys;
 DROP FUNCTION idempotency_keys_add_head();
 DROP FUNCTION idempotency_keys_newest(bigint, text);
