@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/phasepay/phasepay/internal/envconfig"
+	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/platform"
 	"github.com/phasepay/phasepay/internal/psp"
@@ -104,5 +105,6 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 
 // keysConfig is the idempotency store's configuration.
 func (c Config) keysConfig() idempotency.Config {
-	return idempotency.Config{Lease: c.Lease, RetryBase: c.RetryBase, RetryMax: c.RetryMax, GiveUpAfter: c.GiveUpAfter}
+	return idempotency.Config{Lease: c.Lease, RetryBase: c.RetryBase, RetryMax: c.RetryMax, GiveUpAfter: c.GiveUpAfter,
+		NeedsAttention: events.NeedsAttention}
 }

@@ -217,7 +217,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 
 	keys, err := idempotency.NewStore(idempotency.Config{Lease: m.Config.Lease, RetryBase: m.Config.RetryBase,
-		RetryMax: m.Config.RetryMax, GiveUpAfter: m.Config.GiveUpAfter})
+		RetryMax: m.Config.RetryMax, GiveUpAfter: m.Config.GiveUpAfter, NeedsAttention: events.NeedsAttention})
 	if err != nil {
 		return err
 	}

@@ -111,7 +111,9 @@ func authorizeCall(a Authorizer) func(context.Context, *phases.Run[*Charge]) (ps
 }
 
 // recordAuthorization is charge_created → psp_authorized: the PSP's final
-// answer (an authorization, a decline or a refusal) on the charge row.
+// answer (an authorization, a decline or a refusal) on the charge row, and
+// its event (charge.authorized, .declined or .failed) in the same
+// transaction.
 func recordAuthorization(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
 	c, out := run.Object, run.Outcome
 	switch {
@@ -123,7 +125,10 @@ func recordAuthorization(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge
 		reason := cmp.Or(out.Reason, "refused by the payment service provider")
 		c.Status, c.FailureReason = StatusFailed, &reason
 	}
-	return updateAuthorization(ctx, tx, c)
+	if err := updateAuthorization(ctx, tx, c); err != nil {
+		return err
+	}
+	return writeStatusEvent(ctx, tx, c)
 }
 
 // response is the final answer for a charge the PSP has answered.

@@ -129,6 +129,11 @@ func (s *Service) resolve(ctx context.Context, lease *idempotency.Lease, r Resol
 			if ref != nil {
 				charge.PSPReference = ref
 			}
+			// The operator's settlement is a status change like any:
+			// its event commits with it.
+			if err := writeStatusEvent(ctx, tx, charge); err != nil {
+				return err
+			}
 		}
 		resp = resolvedResponse(charge, r)
 		rec := lease.Record

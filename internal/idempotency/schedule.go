@@ -55,37 +55,91 @@ type Released struct {
 	RetryAfter    int
 }
 
+// NeedsAttentionHook is told of a key given up (needs_attention) inside the
+// very transaction of releaseSQL that gives it up, so that what it writes
+// (an event, internal/events) commits exactly when the key's state does:
+// never one without the other. rec is the key as releaseSQL left it. An
+// error rolls the release back. (A hook rather than a call: this package
+// knows nothing of what is built on it.)
+type NeedsAttentionHook func(ctx context.Context, tx DBTX, rec Record) error
+
+// beginner opens a transaction: a pool, a connection, or a transaction (a
+// savepoint).
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // Release ends the holder's attempt without finishing: the lease is given
 // up at the key's last recovery point and the next attempt is scheduled
 // (see releaseSQL), no sooner than notBefore from now (a PSP's Retry-After;
 // 0 for the schedule alone). cause is recorded as the key's last_error.
 // It returns ErrLeaseLost if the lease was already lost, in which case
-// there is nothing to release.
+// there is nothing to release. With a Config.NeedsAttention hook, the
+// release runs in a transaction of its own on q (a savepoint if q is one)
+// and the hook runs in it when the key is given up.
 func (l *Lease) Release(ctx context.Context, q DBTX, cause error, notBefore time.Duration) (Released, error) {
 	r := l.Record
 	msg := "released"
 	if cause != nil {
 		msg = cause.Error()
 	}
-	var (
-		state State
-		next  *time.Time
-		rel   Released
-	)
-	err := q.QueryRow(ctx, releaseSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, msg,
-		l.store.cfg.RetryBase.Microseconds(), l.store.cfg.RetryMax.Microseconds(), notBefore.Microseconds(),
-		l.store.cfg.GiveUpAfter.Microseconds()).Scan(&state, &next, &rel.RetryAfter)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Released{}, fmt.Errorf("release %q: %w", r.Key, ErrLeaseLost)
+	var rel Released
+	release := func(q DBTX) error {
+		var (
+			state State
+			next  *time.Time
+		)
+		rel = Released{}
+		err := q.QueryRow(ctx, releaseSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, msg,
+			l.store.cfg.RetryBase.Microseconds(), l.store.cfg.RetryMax.Microseconds(), notBefore.Microseconds(),
+			l.store.cfg.GiveUpAfter.Microseconds()).Scan(&state, &next, &rel.RetryAfter)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("release %q: %w", r.Key, ErrLeaseLost)
+		}
+		if err != nil {
+			return fmt.Errorf("release %q: %w", r.Key, err)
+		}
+		if state != StateNeedsAttention {
+			rel.NextAttemptAt = *next
+			return nil
+		}
+		rel = Released{NeedsAttention: true}
+		if hook := l.store.cfg.NeedsAttention; hook != nil {
+			given := r
+			given.State, given.Leased, given.NextAttemptAt, given.Due, given.RetryAfter = StateNeedsAttention, false, nil, false, 0
+			given.Attempts++
+			given.LastError = truncateRunes(msg, 1000)
+			if err := hook(ctx, q, given); err != nil {
+				return fmt.Errorf("release %q: needs attention: %w", r.Key, err)
+			}
+		}
+		return nil
 	}
-	if err != nil {
-		return Released{}, fmt.Errorf("release %q: %w", r.Key, err)
+	if l.store.cfg.NeedsAttention == nil {
+		if err := release(q); err != nil {
+			return Released{}, err
+		}
+		return rel, nil
 	}
-	if state == StateNeedsAttention {
-		return Released{NeedsAttention: true}, nil
+	b, ok := q.(beginner)
+	if !ok {
+		return Released{}, fmt.Errorf("release %q: %T cannot begin the transaction the needs-attention hook runs in", r.Key, q)
 	}
-	rel.NextAttemptAt = *next
+	if err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error { return release(tx) }); err != nil {
+		return Released{}, err
+	}
 	return rel, nil
+}
+
+// truncateRunes is SQL's left(s, n): the first n characters.
+func truncateRunes(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
 }
 
 // ScheduleFromEnv reads the retry schedule every process shares: RETRY_BASE

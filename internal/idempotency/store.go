@@ -45,6 +45,10 @@ type Config struct {
 	// after its claim becomes needs_attention at its next failed attempt.
 	// Default 72h.
 	GiveUpAfter time.Duration
+	// NeedsAttention, if set, runs in the transaction that gives a key up
+	// (see Lease.Release): the api and the reaper set it to write the
+	// request.needs_attention event.
+	NeedsAttention NeedsAttentionHook
 }
 
 // Store claims and advances keys. It holds no connection: every method runs

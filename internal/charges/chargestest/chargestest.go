@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/testdb"
@@ -38,6 +39,9 @@ type Bundle struct {
 func Setup(t *testing.T, keys idempotency.Config) *Bundle {
 	t.Helper()
 	keys.Lease = cmp.Or(keys.Lease, time.Minute)
+	if keys.NeedsAttention == nil {
+		keys.NeedsAttention = events.NeedsAttention // as the api and the reaper set it
+	}
 	url := testdb.NewURL(t)
 	t0 := time.Now().UTC().Truncate(time.Second)
 	pool := testdb.Pool(t, url, t0)

@@ -1,0 +1,34 @@
+package charges
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/phasepay/phasepay/internal/events"
+)
+
+// chargeEventTypes names the event each status a charge can move to
+// writes (pending is where charges start, not a change).
+var chargeEventTypes = map[Status]events.Type{
+	StatusAuthorized: events.ChargeAuthorized,
+	StatusDeclined:   events.ChargeDeclined,
+	StatusFailed:     events.ChargeFailed,
+}
+
+// writeStatusEvent records the event of c's new status in tx, the
+// transaction that commits the status: the event commits exactly when the
+// change does (TestNoStatusChangeWithoutItsEvent).
+func writeStatusEvent(ctx context.Context, tx pgx.Tx, c *Charge) error {
+	typ, ok := chargeEventTypes[c.Status]
+	if !ok {
+		return fmt.Errorf("charge %s: no event for status %q", c.ID, c.Status)
+	}
+	obj, err := c.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	_, err = events.Write(ctx, tx, c.TenantID, typ, obj)
+	return err
+}
