@@ -47,8 +47,9 @@ type RoundTrips struct {
 	Requests   int     `json:"requests"`
 }
 
-// Overhead is the new-charge throughput of the api with tracing (every
-// request sampled, spans exported over OTLP to a sink) and metrics on,
+// Overhead is the new-charge throughput of the api with tracing (sampled
+// as deployed, see onSampler; spans exported over OTLP to a sink) and
+// metrics on,
 // against both off (OTEL_SDK_DISABLED=true), at one level.
 type Overhead struct {
 	Clients int        `json:"clients"`
@@ -339,6 +340,14 @@ func pgHost(dbURL string) string {
 	return u.Host
 }
 
+// onSampler and onSamplerArg are the sampling of "instrumentation on":
+// the deployed one (deploy/k8s/config.yaml, deploy/docker-compose.yml),
+// one new trace in ten, a caller's sampled trace always.
+const (
+	onSampler    = "parentbased_traceidratio"
+	onSamplerArg = "0.1"
+)
+
 // instrumentation measures new charges with telemetry on and off,
 // alternating, at the levels above 1 (throughput is the target).
 func (e *env) instrumentation(ctx context.Context, res *Results) error {
@@ -351,7 +360,8 @@ func (e *env) instrumentation(ctx context.Context, res *Results) error {
 		"OTEL_TRACES_EXPORTER":        "otlp",
 		"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
 		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + sink.Listener.Addr().String(),
-		"OTEL_TRACES_SAMPLER":         "always_on",
+		"OTEL_TRACES_SAMPLER":         onSampler,
+		"OTEL_TRACES_SAMPLER_ARG":     onSamplerArg,
 	}
 	off := map[string]string{"OTEL_SDK_DISABLED": "true"}
 	onBase, stopOn, err := e.startStack(ctx, on)

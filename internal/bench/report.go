@@ -110,7 +110,7 @@ func (r *Results) Table() string {
 	}
 	p("\n| instrumentation | clients | on /s | off /s | overhead |\n|---|---:|---:|---:|---:|\n")
 	for _, o := range r.InstrumentationOverhead {
-		p("| tracing (all sampled, OTLP) + metrics | %d | %.0f | %.0f | %.1f%% |\n", o.Clients, o.On.PerSec, o.Off.PerSec, 100*o.Overhead)
+		p("| tracing (sampled as deployed, OTLP) + metrics | %d | %.0f | %.0f | %.1f%% |\n", o.Clients, o.On.PerSec, o.Off.PerSec, 100*o.Overhead)
 	}
 	if f := r.TenantFKs; f.Clients > 0 {
 		p("\nNew charges at %d clients with the foreign keys to tenants put back: %.0f/s; without: %.0f/s (%.2f×).\n",
