@@ -95,6 +95,16 @@ var knownMetrics = map[string]knownMetric{
 	}},
 	"phasepay_idempotency_needs_attention_keys": {kind: gauge},
 	"phasepay_partitions_days_ahead":            {kind: gauge},
+	// bin/reaper's webhook deliverer (internal/webhooks)
+	"phasepay_webhooks_attempts_total": {kind: counter, labels: map[string][]string{
+		"endpoint": nil, "ok": {"true", "false"},
+	}},
+	"phasepay_webhooks_failed_total":               {kind: counter, labels: map[string][]string{"endpoint": nil}},
+	"phasepay_webhooks_attempt_duration_seconds":   {kind: histogram},
+	"phasepay_webhooks_delivery_latency_seconds":   {kind: histogram},
+	"phasepay_webhooks_backlog":                    {kind: gauge},
+	"phasepay_webhooks_backlog_oldest_age_seconds": {kind: gauge},
+	"phasepay_webhooks_delivery_due_delay_seconds": {kind: gauge},
 }
 
 // Labels every series has: added by the scrape (job, instance), by the
@@ -437,6 +447,7 @@ func TestAlertRules(t *testing.T) {
 		{"PhasepayReaperAbsent", "", "10m", "phasepay_partitions_days_ahead", "reaper-absent"},
 		{"PhasepayPSPFailing", "warning", "5m", "phasepay_psp_duration_seconds_count", "psp-outage"},
 		{"PhasepayLeaseLost", "warning", "", "phasepay_idempotency_outcomes_total", "lease-lost"},
+		{"PhasepayWebhookBacklog", "warning", "5m", "phasepay_webhooks_delivery_due_delay_seconds", "webhook-backlog"},
 	}
 	for _, w := range want {
 		r, ok := alerts[w.name]

@@ -73,7 +73,8 @@ func TestReaperDeliversWebhooksPromptly(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return strings.Contains(string(body), "phasepay_webhooks_backlog") &&
 			strings.Contains(string(body), "phasepay_webhooks_delivery_latency_seconds") &&
-			strings.Contains(string(body), "phasepay_webhooks_backlog_oldest_age_seconds")
+			strings.Contains(string(body), "phasepay_webhooks_backlog_oldest_age_seconds") &&
+			strings.Contains(string(body), "phasepay_webhooks_delivery_due_delay_seconds")
 	}, 5*time.Second, 100*time.Millisecond)
 }
 

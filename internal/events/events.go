@@ -93,12 +93,9 @@ type Event struct {
 //   - the body is assembled here, once, from the object's JSON ($3) as the
 //     operation rendered it; it is never re-rendered;
 //   - one delivery per endpoint of the tenant subscribed to the type and
-//     not deleted. FOR SHARE closes the race with a DELETE of the endpoint:
-//     a DELETE in flight makes this statement wait and then re-check
-//     deleted_at (so an event committed after the DELETE answered is never
-//     queued for it), and a DELETE that comes second waits for this
-//     transaction, so the events it lets through were written before it
-//     answered;
+//     not deleted, as this statement's snapshot sees them: the snapshot is
+//     taken after lockEndpointsSQL was granted (see Write), which closes
+//     the race with a DELETE of the endpoint;
 //   - pg_notify wakes the deliverers when (and only if) the transaction
 //     commits.
 const writeSQL = `
@@ -117,7 +114,6 @@ WITH e AS (
 ), subscribed AS (
     SELECT id FROM webhook_endpoints
      WHERE tenant_id = $1 AND deleted_at IS NULL AND (events @> ARRAY[$2::text] OR events @> ARRAY['*'])
-       FOR SHARE
 ), queued AS (
     INSERT INTO webhook_deliveries (tenant_id, event_id, event_created_at, endpoint_id, next_attempt_at)
     SELECT $1, ins.id, ins.created_at, subscribed.id, ins.created_at FROM ins, subscribed
@@ -127,16 +123,65 @@ SELECT ins.id, ins.created_at, ins.body,
        (SELECT count(*) FROM queued) > 0 AND pg_notify('` + notifyChannel + `', '') IS NOT NULL
   FROM ins`
 
+// lockEndpointsSQL is taken, shared, by every event transaction of the
+// tenant until it ends, and exclusively by a DELETE of one of its webhook
+// endpoints (webhooks.Delete), in advisory namespace 0x70700013. A DELETE
+// thus waits for the event transactions in flight (their events were
+// written before it answered, and may be delivered), and an event
+// statement that starts after the DELETE committed sees the endpoint
+// deleted. Shared advisory locks live in the lock table only: unlike
+// FOR SHARE on the endpoint rows, concurrent events of one tenant write
+// nothing to those rows and make no MultiXacts.
+const lockEndpointsSQL = `SELECT pg_advisory_xact_lock_shared(1886388243, hashtext($1::bigint::text))::text`
+
+// LockEndpointsExclusiveSQL is the exclusive side of lockEndpointsSQL,
+// for webhooks.Delete.
+// (A hash collision of two tenants only makes one's DELETE wait for the
+// other's event transactions, which are short.)
+const LockEndpointsExclusiveSQL = `SELECT pg_advisory_xact_lock(1886388243, hashtext($1::bigint::text))::text`
+
+// batcher pipelines statements: a pgx.Tx, a pool or a connection.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // Write records an event of type typ about object (the object's JSON as
 // the API shows it) inside tx, the transaction of the change it records,
-// and queues its webhook deliveries. The caller commits.
+// and queues its webhook deliveries. The caller commits, in a READ
+// COMMITTED transaction (phasepay's), so that writeSQL's snapshot is
+// taken after lockEndpointsSQL is granted. The two statements are
+// pipelined: one round trip.
 func Write(ctx context.Context, tx DBTX, tenantID int64, typ Type, object []byte) (Event, error) {
 	if !json.Valid(object) || len(object) > maxObjectBytes || len(object) == 0 || object[0] != '{' {
 		return Event{}, fmt.Errorf("write %s event: the object must be a JSON object of at most %d bytes", typ, maxObjectBytes)
 	}
 	ev := Event{TenantID: tenantID, Type: typ}
-	var notified bool
-	if err := tx.QueryRow(ctx, writeSQL, tenantID, string(typ), string(object)).Scan(&ev.ID, &ev.CreatedAt, &ev.Body, &notified); err != nil {
+	var (
+		notified bool
+		ignored  string
+	)
+	scan := func(row pgx.Row) error { return row.Scan(&ev.ID, &ev.CreatedAt, &ev.Body, &notified) }
+	if b, ok := tx.(batcher); ok {
+		batch := &pgx.Batch{}
+		batch.Queue(lockEndpointsSQL, tenantID)
+		batch.Queue(writeSQL, tenantID, string(typ), string(object))
+		results := b.SendBatch(ctx, batch)
+		err := results.QueryRow().Scan(&ignored)
+		if err == nil {
+			err = scan(results.QueryRow())
+		}
+		if cerr := results.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return Event{}, fmt.Errorf("write %s event: %w", typ, err)
+		}
+		return ev, nil
+	}
+	if err := tx.QueryRow(ctx, lockEndpointsSQL, tenantID).Scan(&ignored); err != nil {
+		return Event{}, fmt.Errorf("write %s event: %w", typ, err)
+	}
+	if err := scan(tx.QueryRow(ctx, writeSQL, tenantID, string(typ), string(object))); err != nil {
 		return Event{}, fmt.Errorf("write %s event: %w", typ, err)
 	}
 	return ev, nil

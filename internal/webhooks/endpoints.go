@@ -145,20 +145,32 @@ func List(ctx context.Context, q events.DBTX, tenantID int64, startingAfter stri
 	return eps, nil
 }
 
-// deleteSQL marks the endpoint deleted. Its row lock makes it wait for any
-// event transaction that has already queued a delivery to it (they hold
-// FOR SHARE, see events.writeSQL), and every event transaction after it
-// skips the endpoint: once DELETE has answered, no event written later is
-// queued for it. Deliveries of earlier events go on.
+// deleteSQL marks the endpoint deleted. It runs after
+// events.LockEndpointsExclusiveSQL in the same transaction: that lock waits
+// for every event transaction of the tenant in flight (they hold it
+// shared from before they read the endpoints), so the events they queue
+// for this endpoint were written before DELETE answered; and every event
+// statement that starts after this transaction commits sees the endpoint
+// deleted: no event written after DELETE answered is queued for it.
+// Deliveries of earlier events go on.
 const deleteSQL = `
 UPDATE webhook_endpoints SET deleted_at = phasepay_now()
  WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL
 RETURNING ` + endpointColumns
 
 // Delete deletes one of the tenant's endpoints and returns it, or
-// ErrNotFound.
-func Delete(ctx context.Context, q events.DBTX, tenantID int64, id string) (Endpoint, error) {
-	ep, err := scanEndpoint(q.QueryRow(ctx, deleteSQL, tenantID, id))
+// ErrNotFound. It opens its own transaction on q.
+func Delete(ctx context.Context, q events.Beginner, tenantID int64, id string) (Endpoint, error) {
+	var ep Endpoint
+	err := pgx.BeginFunc(ctx, q, func(tx pgx.Tx) error {
+		var ignored string
+		if err := tx.QueryRow(ctx, events.LockEndpointsExclusiveSQL, tenantID).Scan(&ignored); err != nil {
+			return err
+		}
+		var err error
+		ep, err = scanEndpoint(tx.QueryRow(ctx, deleteSQL, tenantID, id))
+		return err
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, fmt.Errorf("delete webhook endpoint %q: %w", id, ErrNotFound)
 	}

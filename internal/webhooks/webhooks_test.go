@@ -196,9 +196,9 @@ func TestDeliveryGivenUpAfterThreeDays(t *testing.T) {
 	r := wait(t, results, 3*time.Second)
 	require.Equal(t, ev.ID, r.EventID)
 	require.Equal(t, "failed", r.State)
-	n, _, err := webhooks.Backlog(context.Background(), b.pool)
+	backlog, err := webhooks.Backlog(context.Background(), b.pool)
 	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Zero(t, backlog.Pending)
 }
 
 // A slow endpoint (it never answers within the timeout) holds at most
@@ -340,4 +340,66 @@ func TestConcurrentDeliverersLoseNoDelivery(t *testing.T) {
 	for _, id := range want {
 		require.True(t, seen[id], id)
 	}
+}
+
+// The backlog gauges: a delivery due and not taken shows its wait in
+// DueDelay, the alarm; one waiting for its next attempt does not.
+func TestBacklogMeasuresDueDelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.endpoint(t, "http://127.0.0.1:9/")
+	b.event(t, events.ChargeAuthorized)
+	tenMinutesOn := testdb.Pool(t, b.url, time.Now().Add(10*time.Minute))
+	backlog, err := webhooks.Backlog(ctx, tenMinutesOn)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, backlog.Pending)
+	require.InDelta(t, 600, backlog.DueDelay, 5)
+	require.InDelta(t, 600, backlog.OldestAge, 5)
+
+	_, err = b.pool.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = now() + interval '1 hour'`)
+	require.NoError(t, err)
+	backlog, err = webhooks.Backlog(ctx, tenMinutesOn)
+	require.NoError(t, err)
+	require.Zero(t, backlog.DueDelay)
+}
+
+// A DELETE that races an event transaction: it waits for the transaction
+// in flight (whose event was then written before DELETE answered and is
+// delivered), and an event whose statement starts after DELETE committed is
+// not queued for the endpoint.
+func TestDeleteWaitsForEventsInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ep := b.endpoint(t, "http://127.0.0.1:9/")
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	inFlight, err := events.Write(ctx, tx, b.tenant, events.ChargeAuthorized, []byte(`{}`))
+	require.NoError(t, err)
+
+	deleted := make(chan error, 1)
+	go func() {
+		_, err := webhooks.Delete(ctx, b.pool, b.tenant, ep.ID)
+		deleted <- err
+	}()
+	select {
+	case err := <-deleted:
+		t.Fatalf("DELETE answered (%v) while an event transaction that queued for the endpoint was in flight", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, wait(t, deleted, 5*time.Second))
+	after := b.event(t, events.ChargeAuthorized)
+
+	var queued []string
+	rows, err := b.pool.Query(ctx, `SELECT event_id FROM webhook_deliveries WHERE endpoint_id = $1`, ep.ID)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		queued = append(queued, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{inFlight.ID}, queued, "the event after DELETE (%s) must not be queued", after.ID)
 }
