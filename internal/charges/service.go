@@ -59,7 +59,8 @@ type Service struct {
 	psp    Authorizer
 	engine *phases.Engine
 
-	authorize *phases.Operation[*Charge]
+	authorize, capture, void *phases.Operation[*Charge]
+	refund                   *phases.Operation[*Refund]
 }
 
 // NewService returns a Service with its operations registered on an engine
@@ -72,6 +73,15 @@ func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authoriz
 	s := &Service{pool: pool, keys: keys, psp: authorizer, engine: engine}
 	s.authorize = authorizeOperation(authorizer)
 	phases.Register(engine, s.authorize)
+	// Capture, void and refund need a PSP that can do them; every real one
+	// (*psp.Client) can. A test's authorizer that cannot leaves them
+	// unregistered: they answer phases.ErrNoOperation.
+	if o, ok := authorizer.(Operator); ok {
+		s.capture, s.void, s.refund = captureOperation(o), voidOperation(o), refundOperation(o)
+		phases.Register(engine, s.capture)
+		phases.Register(engine, s.void)
+		phases.Register(engine, s.refund)
+	}
 	return s, nil
 }
 
@@ -82,6 +92,40 @@ func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authoriz
 // params.
 func (s *Service) Create(ctx context.Context, tenantID int64, key string, req idempotency.Canonical, _ CreateParams) (Result, error) {
 	return phases.Do(ctx, s.engine, s.authorize, tenantID, key, req)
+}
+
+// Capture runs one POST /v1/charges/{id}/capture (req from
+// ParseCaptureRequest). Besides Create's errors: ErrNotFound,
+// *ChargePendingError. A capture the charge's state does not allow is a
+// stored 400 answer, not an error.
+func (s *Service) Capture(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (Result, error) {
+	if s.capture == nil {
+		return Result{}, phases.ErrNoOperation
+	}
+	return phases.Do(ctx, s.engine, s.capture, tenantID, key, req)
+}
+
+// Void runs one POST /v1/charges/{id}/void (req from ParseVoidRequest), as
+// Capture.
+func (s *Service) Void(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (Result, error) {
+	if s.void == nil {
+		return Result{}, phases.ErrNoOperation
+	}
+	return phases.Do(ctx, s.engine, s.void, tenantID, key, req)
+}
+
+// Refund runs one POST /v1/refunds (req from ParseRefundRequest). Besides
+// Create's errors: ErrNotFound (the charge).
+func (s *Service) Refund(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (Result, error) {
+	if s.refund == nil {
+		return Result{}, phases.ErrNoOperation
+	}
+	return phases.Do(ctx, s.engine, s.refund, tenantID, key, req)
+}
+
+// GetRefund returns a tenant's refund, or ErrRefundNotFound.
+func (s *Service) GetRefund(ctx context.Context, tenantID int64, id string) (*Refund, error) {
+	return refundByID(ctx, s.pool, tenantID, id)
 }
 
 // Resume drives a key this worker has just taken over (a client's retry, or

@@ -11,12 +11,14 @@ import (
 )
 
 const chargeColumns = `tenant_id, id, amount, currency, payment_method, status, psp_reference, decline_code,
-       description, metadata, created_at, failure_reason`
+       description, metadata, created_at, failure_reason, amount_captured, amount_refunded, psp, settlement,
+       amount_refunding`
 
 func scanCharge(row pgx.Row) (*Charge, error) {
 	var c Charge
 	err := row.Scan(&c.TenantID, &c.ID, &c.Amount, &c.Currency, &c.PaymentMethod, &c.Status, &c.PSPReference,
-		&c.DeclineCode, &c.Description, &c.Metadata, &c.CreatedAt, &c.FailureReason)
+		&c.DeclineCode, &c.Description, &c.Metadata, &c.CreatedAt, &c.FailureReason, &c.AmountCaptured, &c.AmountRefunded,
+		&c.PSP, &c.settlement, &c.amountRefunding)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}

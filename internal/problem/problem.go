@@ -34,6 +34,11 @@ const (
 	NotFound               Code = "not_found"
 	MethodNotAllowed       Code = "method_not_allowed"
 	Internal               Code = "internal"
+	ChargePending          Code = "charge_pending"
+	ChargeNotCapturable    Code = "charge_not_capturable"
+	ChargeNotVoidable      Code = "charge_not_voidable"
+	ChargeNotRefundable    Code = "charge_not_refundable"
+	AmountTooLarge         Code = "amount_too_large"
 )
 
 // FieldError names one invalid field of a request body.

@@ -1,0 +1,169 @@
+package charges
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/problem"
+	"github.com/phasepay/phasepay/internal/psp"
+)
+
+// Refund: POST /v1/refunds. The states of one request and the transaction
+// that commits each arrow:
+//
+//	          admit + claim (tx 1)   404 unknown charge: rolled back
+//	              │
+//	              ▼
+//	  ┌─────── start ──────────────┐ tx 1 too: the charge locked FOR UPDATE;
+//	  │ reserve, create the refund │ not captured → 400 charge_not_refundable,
+//	  ▼                            │ more than is left → 400 amount_too_large,
+//	refund_created                 │ stored (done); else the amount reserved
+//	  │ PSP refund                 │ on the charge and a pending refund row
+//	  │ (key <refund>:refund)      outside any transaction, lease heartbeat
+//	  ▼
+//	psp_refunded ───────────────┐  tx 2: succeeded (reserved → refunded) or
+//	  │ answer                  │  failed (reservation released)
+//	  ▼                         │  tx 2 too: 201 refund, or 402; key done
+//	done ◀──────────────────────┘
+//
+// The reservation (charges.amount_refunding), taken under the charge's row
+// lock and bounded by a CHECK constraint, is what keeps pending and
+// succeeded refunds together within amount_captured, however many refunds
+// race on one charge.
+
+// RefundPath is the request path of a refund.
+const RefundPath = "/v1/refunds"
+
+// The recovery points of a refund between start and done.
+const (
+	PointRefundCreated idempotency.RecoveryPoint = "refund_created"
+	PointPSPRefunded   idempotency.RecoveryPoint = "psp_refunded"
+)
+
+// RefundParams is the body of a refund: the charge, and the amount (all
+// that is left to refund when nil).
+type RefundParams struct {
+	Charge string `json:"charge"`
+	Amount *int64 `json:"amount,omitempty"`
+}
+
+// ParseRefundRequest parses a refund body and fingerprints what was parsed.
+// Errors are *ValidationError.
+func ParseRefundRequest(body []byte) (idempotency.Canonical, RefundParams, error) {
+	var p RefundParams
+	if err := decode(body, &p); err != nil {
+		return idempotency.Canonical{}, p, err
+	}
+	verr := &ValidationError{}
+	if !chargeIDRE.MatchString(p.Charge) {
+		verr.add("charge", "must be a charge id, ch_ followed by 1 to 64 of a-z and 0-9")
+	}
+	if p.Amount != nil && (*p.Amount <= 0 || *p.Amount > MaxAmount) {
+		verr.add("amount", "must be a positive integer of at most %d", int64(MaxAmount))
+	}
+	if len(verr.Fields) > 0 {
+		return idempotency.Canonical{}, p, verr
+	}
+	req, err := idempotency.CanonicalizeParams(http.MethodPost, RefundPath, p)
+	return req, p, err
+}
+
+func refundOperation(o Operator) *phases.Operation[*Refund] {
+	return &phases.Operation[*Refund]{
+		Path: RefundPath, Span: "refunds.create", ResumeSpan: "refunds.resume",
+		Admit: func(ctx context.Context, tx pgx.Tx, tenantID int64, req idempotency.Canonical) error {
+			_, err := chargeByID(ctx, tx, tenantID, refundParams(req).Charge)
+			return err
+		},
+		ObjectID: func(idempotency.Canonical) string { return newID("re_") },
+		Load: func(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (*Refund, error) {
+			return refundByKey(ctx, q, lease.Record.ID())
+		},
+		Arrows: []phases.Arrow[*Refund]{
+			{To: PointRefundCreated, Commit: createRefund},
+			{To: PointPSPRefunded, Call: refundCall(o), Commit: recordRefund},
+			{To: idempotency.PointDone, Commit: answerRefund},
+		},
+	}
+}
+
+// createRefund is start → refund_created, under the charge's row lock.
+func createRefund(ctx context.Context, tx pgx.Tx, run *phases.Run[*Refund]) error {
+	p := refundParams(run.Request())
+	c, err := lockCharge(ctx, tx, run.Lease.Record.TenantID, p.Charge)
+	if err != nil {
+		return err
+	}
+	left := c.AmountCaptured - c.AmountRefunded - c.amountRefunding
+	amount := left
+	if p.Amount != nil {
+		amount = *p.Amount
+	}
+	switch {
+	case c.Status != StatusCaptured || left == 0:
+		run.Finish(refusal(problem.ChargeNotRefundable, c.ID, fmt.Sprintf("Charge %s is %s with %d left to refund.", c.ID, c.Status, max(left, 0))))
+		return nil
+	case amount > left:
+		run.Finish(refusal(problem.AmountTooLarge, c.ID, fmt.Sprintf("The amount exceeds the %d left to refund.", left)))
+		return nil
+	}
+	run.Object, err = insertRefund(ctx, tx, run.Lease.Record.ID(), run.ObjectID, c, amount)
+	return err
+}
+
+// refundCall is the foreign call: the refund of the charge's authorization,
+// under the key derived from the refund.
+func refundCall(o Operator) func(context.Context, *phases.Run[*Refund]) (psp.Outcome, error) {
+	return func(ctx context.Context, run *phases.Run[*Refund]) (psp.Outcome, error) {
+		r := run.Object
+		return o.OperateOutcome(ctx, psp.OperationRequest{
+			Kind: psp.KindRefund, IdempotencyKey: r.ID + ":refund", FirstSend: run.Fresh,
+			Authorization: r.authorization, Amount: r.Amount, Reference: r.ID,
+		})
+	}
+}
+
+// recordRefund is refund_created → psp_refunded: the refund's end, and the
+// reservation on the charge turned into a refund or released.
+func recordRefund(ctx context.Context, tx pgx.Tx, run *phases.Run[*Refund]) error {
+	r, out := run.Object, run.Outcome
+	if out.Class == psp.ClassSuccess {
+		r.Status, r.PSPReference = RefundSucceeded, &out.Operation.ID
+	} else {
+		reason := cmp.Or(out.Reason, "refused by the payment service provider")
+		r.Status, r.failureReason = RefundFailed, &reason
+	}
+	return updateRefund(ctx, tx, r)
+}
+
+// answerRefund is psp_refunded → done: 201 with the refund, or 402.
+func answerRefund(_ context.Context, _ pgx.Tx, run *phases.Run[*Refund]) error {
+	r := run.Object
+	if r.Status == RefundFailed {
+		run.Finish(failure(r.Charge, cmp.Or(deref(r.failureReason), "refused by the payment service provider")))
+		return nil
+	}
+	run.Finish(jsonResponse(http.StatusCreated, r))
+	return nil
+}
+
+// refundParams reads a stored refund request (validated before it was
+// stored).
+func refundParams(req idempotency.Canonical) RefundParams {
+	var p RefundParams
+	_ = decode(req.Body, &p)
+	return p
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,168 @@
+package charges
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/jsonbody"
+	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/problem"
+	"github.com/phasepay/phasepay/internal/psp"
+)
+
+// What capture, void and refund share: the charge they act on, read under
+// its row lock, and the answers a request its state does not allow gets.
+
+// Operator is the PSP as capture, void and refund see it (*psp.Client):
+// OperateOutcome makes one attempt, with the client's quick retries and its
+// lookup by reference before any resend, and classifies the answer.
+type Operator interface {
+	OperateOutcome(ctx context.Context, req psp.OperationRequest) (psp.Outcome, error)
+}
+
+// ErrChargePending: the charge's authorization has no known outcome yet, so
+// it can be neither captured nor voided yet; nothing was stored, and the
+// same request may be retried with the same key.
+var ErrChargePending = errors.New("the charge's authorization is not finished")
+
+// ChargePendingError is ErrChargePending with the pause the client is told.
+type ChargePendingError struct{ RetryAfter int }
+
+func (e *ChargePendingError) Error() string { return ErrChargePending.Error() }
+func (e *ChargePendingError) Unwrap() error { return ErrChargePending }
+
+// RetryAfterSeconds is what the client is told to wait (Retry-After).
+func (e *ChargePendingError) RetryAfterSeconds() int { return max(e.RetryAfter, 1) }
+
+// lockChargeSQL reads a charge under its row lock, in the first arrow of a
+// capture, void or refund. Every such request on one charge queues here, so
+// each decides on the state the one before it committed: two captures, a
+// capture and a void, or refunds summing past the capture cannot both pass,
+// whichever api process runs them.
+const lockChargeSQL = `SELECT ` + chargeColumns + ` FROM charges WHERE tenant_id = $1 AND id = $2 FOR UPDATE`
+
+func lockCharge(ctx context.Context, tx pgx.Tx, tenantID int64, id string) (*Charge, error) {
+	c, err := scanCharge(tx.QueryRow(ctx, lockChargeSQL, tenantID, id))
+	if err != nil {
+		return nil, fmt.Errorf("lock charge %q: %w", id, err)
+	}
+	return c, nil
+}
+
+// admitSettlement turns away, before the key is claimed, a capture or void
+// of a charge that does not exist for the tenant (404) or whose
+// authorization is not finished (409 charge_pending): neither is stored.
+func admitSettlement(ctx context.Context, tx pgx.Tx, tenantID int64, req idempotency.Canonical) error {
+	c, err := chargeByID(ctx, tx, tenantID, chargeOfPath(req.Path))
+	if err != nil {
+		return err
+	}
+	if c.Status == StatusPending {
+		return &ChargePendingError{RetryAfter: 1}
+	}
+	return nil
+}
+
+// chargeOfPath is the {id} of /v1/charges/{id}/capture or /void.
+func chargeOfPath(path string) string { return phases.Segment(CapturePath, path, "id") }
+
+// refusal is the stored answer of a request the charge's state does not
+// allow: a 400 with code, naming the charge.
+func refusal(code problem.Code, chargeID, detail string) idempotency.Response {
+	p := problem.New(http.StatusBadRequest, code, detail)
+	p.Charge = chargeID
+	return idempotency.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
+}
+
+// failure is the stored answer of an operation the PSP refused: 402
+// payment_failed with the PSP's reason, naming the charge.
+func failure(chargeID, reason string) idempotency.Response {
+	p := problem.New(http.StatusPaymentRequired, problem.PaymentFailed, "The payment failed: "+reason)
+	p.Charge = chargeID
+	return idempotency.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
+}
+
+// decode decodes a body strictly (package jsonbody), its refusals as a
+// *ValidationError naming the field.
+func decode(body []byte, v any) error {
+	err := jsonbody.Decode(body, v)
+	if jerr, ok := errors.AsType[*jsonbody.Error](err); ok {
+		return &ValidationError{Fields: []problem.FieldError{{Field: jerr.Field, Message: jerr.Message}}}
+	}
+	return err
+}
+
+// settleCall is the foreign call of a capture or void: the charge's
+// authorization, under the key derived from the charge and the kind.
+func settleCall(o Operator, kind psp.OperationKind, suffix string, amount func(*Charge, idempotency.Canonical) int64) func(context.Context, *phases.Run[*Charge]) (psp.Outcome, error) {
+	return func(ctx context.Context, run *phases.Run[*Charge]) (psp.Outcome, error) {
+		c := run.Object
+		req := psp.OperationRequest{Kind: kind, IdempotencyKey: c.ID + ":" + suffix, FirstSend: run.Fresh, Reference: c.ID}
+		if c.PSPReference != nil {
+			req.Authorization = *c.PSPReference
+		}
+		if amount != nil {
+			req.Amount = amount(c, run.Request())
+		}
+		return o.OperateOutcome(ctx, req)
+	}
+}
+
+// recordSettlementSQL writes the PSP's answer to a capture or void: the new
+// status and amount captured on success; on a refusal (nothing done at the
+// PSP) the settlement is given back, so that another capture or void may be
+// tried.
+const recordSettlementSQL = `
+UPDATE charges
+   SET status = $3, amount_captured = $4, settlement = CASE WHEN $5 THEN settlement END, updated_at = phasepay_now()
+ WHERE tenant_id = $1 AND id = $2`
+
+// recordSettlement is the arrow after a capture's or void's PSP call. A
+// refusal ends the request at once with 402 payment_failed.
+func recordSettlement(success Status) func(context.Context, pgx.Tx, *phases.Run[*Charge]) error {
+	return func(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
+		c, out := run.Object, run.Outcome
+		ok := out.Class == psp.ClassSuccess
+		if ok {
+			c.Status = success
+			if success == StatusCaptured {
+				c.AmountCaptured = out.Operation.Amount
+			}
+		}
+		if _, err := tx.Exec(ctx, recordSettlementSQL, c.TenantID, c.ID, c.Status, c.AmountCaptured, ok); err != nil {
+			return fmt.Errorf("record %s of %s: %w", success, c.ID, err)
+		}
+		if !ok {
+			run.Finish(failure(c.ID, out.Reason))
+		}
+		return nil
+	}
+}
+
+// answerCharge is the last arrow of a capture or void: 200 with the charge.
+func answerCharge(_ context.Context, _ pgx.Tx, run *phases.Run[*Charge]) error {
+	run.Finish(jsonResponse(http.StatusOK, run.Object))
+	return nil
+}
+
+// loadCharge reads the charge of a capture or void being resumed.
+func loadCharge(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (*Charge, error) {
+	return chargeByID(ctx, q, lease.Record.TenantID, chargeOfPath(lease.Record.Request.Path))
+}
+
+const claimSettlementSQL = `UPDATE charges SET settlement = $3, updated_at = phasepay_now() WHERE tenant_id = $1 AND id = $2`
+
+// claimSettlement records under the row lock that c's one capture or void
+// is s. The caller checked that it had none.
+func claimSettlement(ctx context.Context, tx pgx.Tx, c *Charge, s settlement) error {
+	if _, err := tx.Exec(ctx, claimSettlementSQL, c.TenantID, c.ID, string(s)); err != nil {
+		return fmt.Errorf("claim %s of %s: %w", s, c.ID, err)
+	}
+	c.settlement = &s
+	return nil
+}

@@ -1,0 +1,82 @@
+package charges
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/problem"
+	"github.com/phasepay/phasepay/internal/psp"
+)
+
+// Void: POST /v1/charges/{id}/void. The states of one request and the
+// transaction that commits each arrow:
+//
+//	          admit + claim (tx 1)   404 unknown charge, 409 charge_pending:
+//	              │                  rolled back, nothing stored
+//	              ▼
+//	  ┌─────── start ──────────────┐ tx 1 too: the charge locked FOR UPDATE;
+//	  │ claim the settlement       │ not authorized, already captured or
+//	  ▼                            │ voided → 400 charge_not_voidable,
+//	void_started                   │ stored (done)
+//	  │ PSP void
+//	  │ (key <charge>:void)        outside any transaction, lease heartbeat
+//	  ▼
+//	psp_voided ─────────────────┐  tx 2: voided; a refusal gives the
+//	  │ answer                  │  settlement back, 402
+//	  ▼                         │  tx 2 too: 200 with the charge, key done
+//	done ◀──────────────────────┘
+//
+// A void and a capture of one charge meet at the charge's row lock and its
+// settlement column (see capture.go): at most one of them succeeds.
+
+// VoidPath is the request path pattern of a void.
+const VoidPath = "/v1/charges/{id}/void"
+
+// The recovery points of a void between start and done.
+const (
+	PointVoidStarted idempotency.RecoveryPoint = "void_started"
+	PointPSPVoided   idempotency.RecoveryPoint = "psp_voided"
+)
+
+// ParseVoidRequest parses a void body ({}) for the charge id and
+// fingerprints it. Errors are *ValidationError.
+func ParseVoidRequest(chargeID string, body []byte) (idempotency.Canonical, error) {
+	var p struct{}
+	if err := decode(body, &p); err != nil {
+		return idempotency.Canonical{}, err
+	}
+	return idempotency.CanonicalizeParams(http.MethodPost, "/v1/charges/"+chargeID+"/void", p)
+}
+
+func voidOperation(o Operator) *phases.Operation[*Charge] {
+	return &phases.Operation[*Charge]{
+		Path: VoidPath, Span: "charges.void", ResumeSpan: "charges.void.resume",
+		Admit:    admitSettlement,
+		ObjectID: func(req idempotency.Canonical) string { return phases.Segment(VoidPath, req.Path, "id") },
+		Load:     loadCharge,
+		Arrows: []phases.Arrow[*Charge]{
+			{To: PointVoidStarted, Commit: startVoid},
+			{To: PointPSPVoided, Call: settleCall(o, psp.KindVoid, "void", nil), Commit: recordSettlement(StatusVoided)},
+			{To: idempotency.PointDone, Commit: answerCharge},
+		},
+	}
+}
+
+// startVoid is start → void_started, under the charge's row lock.
+func startVoid(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
+	c, err := lockCharge(ctx, tx, run.Lease.Record.TenantID, run.ObjectID)
+	if err != nil {
+		return err
+	}
+	run.Object = c
+	if c.Status != StatusAuthorized || c.settlement != nil {
+		run.Finish(refusal(problem.ChargeNotVoidable, c.ID, fmt.Sprintf("Charge %s is %s%s and cannot be voided.", c.ID, c.Status, settling(c))))
+		return nil
+	}
+	return claimSettlement(ctx, tx, c, settleVoid)
+}
