@@ -351,16 +351,19 @@ SELECT state, recovery_point, locked_until IS NOT NULL, coalesce(locked_until > 
 
 // chargeObject is the API's charge object.
 type chargeObject struct {
-	ID            string            `json:"id"`
-	Object        string            `json:"object"`
-	Amount        int64             `json:"amount"`
-	Currency      string            `json:"currency"`
-	PaymentMethod string            `json:"payment_method"`
-	Status        string            `json:"status"`
-	PSPReference  *string           `json:"psp_reference"`
-	Description   *string           `json:"description"`
-	Metadata      map[string]string `json:"metadata"`
-	CreatedAt     string            `json:"created_at"`
+	ID             string            `json:"id"`
+	Object         string            `json:"object"`
+	Amount         int64             `json:"amount"`
+	Currency       string            `json:"currency"`
+	PaymentMethod  string            `json:"payment_method"`
+	Status         string            `json:"status"`
+	AmountCaptured int64             `json:"amount_captured"`
+	AmountRefunded int64             `json:"amount_refunded"`
+	PSP            string            `json:"psp"`
+	PSPReference   *string           `json:"psp_reference"`
+	Description    *string           `json:"description"`
+	Metadata       map[string]string `json:"metadata"`
+	CreatedAt      string            `json:"created_at"`
 }
 
 func decodeCharge(t *testing.T, body []byte) chargeObject {
