@@ -57,7 +57,7 @@ func voidOperation(o Operator) *phases.Operation[*Charge] {
 	return &phases.Operation[*Charge]{
 		Path: VoidPath, Span: "charges.void", ResumeSpan: "charges.void.resume",
 		Admit:    admitSettlement,
-		ObjectID: func(req idempotency.Canonical) string { return phases.Segment(VoidPath, req.Path, "id") },
+		ObjectID: func(req idempotency.Canonical) string { return chargeOfPath(req.Path) },
 		Load:     loadCharge,
 		Arrows: []phases.Arrow[*Charge]{
 			{To: PointVoidStarted, Commit: startVoid},
