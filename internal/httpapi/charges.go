@@ -15,10 +15,43 @@ import (
 	"github.com/phasepay/phasepay/internal/tenants"
 )
 
-// createCharge serves POST /v1/charges. Everything that can be wrong with
-// the request is checked before the key is claimed, so a client can fix its
-// request and retry with the same key.
+// createCharge serves POST /v1/charges.
 func (s *server) createCharge(w http.ResponseWriter, r *http.Request) {
+	var params charges.CreateParams
+	s.runIdempotent(w, r, func(body []byte) (req idempotency.Canonical, err error) {
+		req, params, err = charges.ParseCreateRequest(body)
+		return req, err
+	}, func(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (charges.Result, error) {
+		return s.cfg.Charges.Create(ctx, tenantID, key, req, params)
+	})
+}
+
+// captureCharge serves POST /v1/charges/{id}/capture.
+func (s *server) captureCharge(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	s.runIdempotent(w, r, func(body []byte) (idempotency.Canonical, error) {
+		return charges.ParseCaptureRequest(id, body)
+	}, s.cfg.Charges.Capture)
+}
+
+// voidCharge serves POST /v1/charges/{id}/void.
+func (s *server) voidCharge(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	s.runIdempotent(w, r, func(body []byte) (idempotency.Canonical, error) {
+		return charges.ParseVoidRequest(id, body)
+	}, s.cfg.Charges.Void)
+}
+
+// runIdempotent serves a POST that moves money under an Idempotency-Key.
+// Everything that can be wrong with the request (the key, the media type,
+// the body) is checked before the key is claimed, so a client can fix its
+// request and retry with the same key. parse fingerprints what it parsed,
+// never the bytes that came (see charges.ParseCreateRequest); run executes
+// the request, or replays its stored answer.
+func (s *server) runIdempotent(w http.ResponseWriter, r *http.Request,
+	parse func(body []byte) (idempotency.Canonical, error),
+	run func(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (charges.Result, error),
+) {
 	tenant, _ := tenants.FromContext(r.Context())
 	key, err := idempotency.KeyFromHeader(r.Header)
 	if err != nil {
@@ -36,9 +69,7 @@ func (s *server) createCharge(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	// The fingerprint is taken from what was parsed, never from the bytes
-	// that came: see charges.ParseCreateRequest.
-	req, params, err := charges.ParseCreateRequest(body)
+	req, err := parse(body)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -46,7 +77,7 @@ func (s *server) createCharge(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.RunTimeout)
 	defer cancel()
-	res, err := s.cfg.Charges.Create(ctx, tenant.ID, key, req, params)
+	res, err := run(ctx, tenant.ID, key, req)
 	info(r.Context()).outcome = outcomeLabel(res.Outcome, err)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -106,12 +106,21 @@ func problemFor(err error) problem.Problem {
 			p.Charge = o.Object()
 		}
 		return p
+	case errors.Is(err, charges.ErrChargePending):
+		p := problem.New(http.StatusConflict, problem.ChargePending,
+			"The charge's authorization is not finished yet. Retry with the same Idempotency-Key after Retry-After.")
+		p.RetryAfter = retryInProgress
+		if ra, ok := errors.AsType[retryAfterError](err); ok {
+			p.RetryAfter = ra.RetryAfterSeconds()
+		}
+		return p
 	case errors.Is(err, idempotency.ErrUnresolved):
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentUnresolved,
 			"This request could not be completed automatically and is waiting for an operator. Retrying will not help until it is resolved.")
 	case errors.Is(err, errListParams):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
-	case errors.Is(err, charges.ErrNotFound), errors.Is(err, idempotency.ErrNotFound), errors.Is(err, errRouteNotFound),
+	case errors.Is(err, charges.ErrNotFound), errors.Is(err, charges.ErrRefundNotFound),
+		errors.Is(err, idempotency.ErrNotFound), errors.Is(err, errRouteNotFound),
 		errors.Is(err, events.ErrNotFound), errors.Is(err, webhooks.ErrNotFound):
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such resource.")
 	case errors.Is(err, errMethodNotAllowed):
