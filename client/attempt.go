@@ -15,13 +15,24 @@ import (
 // userAgent names the client in the server's logs.
 const userAgent = "phasepay-go-client/1"
 
-// errProtocol marks a success status whose body is not a charge: the server
-// answered finally, so retrying would only fetch the same bytes again.
+// errProtocol marks a success status whose body is not the object asked
+// for: the server answered finally, so retrying would only fetch the same
+// bytes again.
 var errProtocol = errors.New("unexpected response")
 
-// attempt sends one request and reads its answer. key, when set, is sent as
-// the Idempotency-Key; attempt never makes one.
-func (c *Client) attempt(ctx context.Context, method, url, key string, body []byte) (*Charge, outcome) {
+// answer is what a 2xx response is decoded into: a *Charge, a *Refund or a
+// page of a list.
+type answer interface {
+	// decode reads a 2xx body; it reports false when the body is not the
+	// object this answer is.
+	decode(raw []byte, replayed bool) bool
+	// kind names the object for errors ("a charge").
+	kind() string
+}
+
+// attempt sends one request and, on a 2xx, decodes the body into into. key,
+// when set, is sent as the Idempotency-Key; attempt never makes one.
+func (c *Client) attempt(ctx context.Context, method, url, key string, body []byte, into answer) outcome {
 	var rd io.Reader
 	if body != nil {
 		// bytes.Reader lets net/http rewind the body should its transport
@@ -30,7 +41,7 @@ func (c *Client) attempt(ctx context.Context, method, url, key string, body []by
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return nil, outcome{err: fmt.Errorf("build request: %w", err)}
+		return outcome{err: fmt.Errorf("build request: %w", err)}
 	}
 	req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	req.Header.Set("Accept", "application/json")
@@ -47,25 +58,23 @@ func (c *Client) attempt(ctx context.Context, method, url, key string, body []by
 		// Refused, reset, EOF, a timeout: the request may or may not have
 		// reached the server, which is exactly what the key makes safe to
 		// retry. Errors that no retry can fix (a bad URL) are caught by New.
-		return nil, outcome{err: fmt.Errorf("send: %w", err), retry: true}
+		return outcome{err: fmt.Errorf("send: %w", err), retry: true}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
 		// The connection broke mid-body: the answer is lost, not final.
-		return nil, outcome{status: resp.StatusCode, err: fmt.Errorf("read response: %w", err), retry: true}
+		return outcome{status: resp.StatusCode, err: fmt.Errorf("read response: %w", err), retry: true}
 	}
 	replayed := resp.Header.Get("Idempotent-Replayed") == "true"
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		var ch Charge
-		if err := json.Unmarshal(raw, &ch); err != nil || ch.ID == "" {
-			return nil, outcome{status: resp.StatusCode,
-				err: fmt.Errorf("%w: %d with a body that is not a charge (the charge may exist: do not retry it under a new key): %q",
-					errProtocol, resp.StatusCode, truncate(raw, 200))}
+		if !into.decode(raw, replayed) {
+			return outcome{status: resp.StatusCode,
+				err: fmt.Errorf("%w: %d with a body that is not %s (the object may exist: do not retry it under a new key): %q",
+					errProtocol, resp.StatusCode, into.kind(), truncate(raw, 200))}
 		}
-		ch.Replayed, ch.RawBody = replayed, raw
-		return &ch, outcome{status: resp.StatusCode}
+		return outcome{status: resp.StatusCode}
 	}
 
 	e := &Error{
@@ -85,7 +94,7 @@ func (c *Client) attempt(ctx context.Context, method, url, key string, body []by
 	if e.Problem.Title == "" {
 		e.Problem.Title = http.StatusText(resp.StatusCode)
 	}
-	return nil, outcome{
+	return outcome{
 		status:     resp.StatusCode,
 		err:        e,
 		retry:      retryable(resp.StatusCode, e.Problem.Code),

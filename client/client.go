@@ -22,7 +22,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -168,29 +167,20 @@ func NewIntent(p ChargeParams) Intent {
 // outcome is unknown and the intent stays in the journal for
 // ResumePending); a journal error (nothing was sent).
 func (c *Client) Charge(ctx context.Context, p ChargeParams) (*Charge, error) {
-	in := NewIntent(p)
-	if err := c.journal.Put(in); err != nil {
-		return nil, fmt.Errorf("journal intent %s before sending it: %w", in.Key, err)
-	}
-	return c.drive(ctx, in)
+	r := c.Do(ctx, NewIntent(p))
+	return r.Charge, r.Err
 }
 
-// Execute is Charge for an intent the caller made, with a key of its
+// Execute is Do for an intent whose answer is a charge (OpCharge,
+// OpCapture, OpVoid), for a caller that made the intent with a key of its
 // choice (a test harness counting attempts, a program with its own
-// journal). It journals the intent, replacing any entry with the same key,
-// before the first attempt. It returns the errors of Charge.
+// journal). It returns the errors of Charge (or Capture, Void).
 func (c *Client) Execute(ctx context.Context, in Intent) (*Charge, error) {
-	if in.Key == "" {
-		return nil, errors.New("execute: intent has no key")
+	if in.op() == OpRefund {
+		return nil, errors.New("execute: a refund intent answers a refund, not a charge: use Do")
 	}
-	in = in.clone()
-	if in.CreatedAt.IsZero() {
-		in.CreatedAt = time.Now().UTC()
-	}
-	if err := c.journal.Put(in); err != nil {
-		return nil, fmt.Errorf("journal intent %s before sending it: %w", in.Key, err)
-	}
-	return c.drive(ctx, in)
+	r := c.Do(ctx, in)
+	return r.Charge, r.Err
 }
 
 // ResumePending replays every journaled intent, oldest first, each with
@@ -217,19 +207,19 @@ func (c *Client) ResumeEach(ctx context.Context, each func(i, n int, r Result)) 
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("resume: %d of %d intents left: %w", len(intents)-i, len(intents), err)
 		}
-		ch, err := c.drive(ctx, in)
-		each(i+1, len(intents), Result{Intent: in, Charge: ch, Err: err})
+		each(i+1, len(intents), c.drive(ctx, in))
 	}
 	return nil
 }
 
 // drive executes a journaled intent and forgets it once it has a final
-// answer. An intent without one (gave up, ctx ended) stays journaled.
-func (c *Client) drive(ctx context.Context, in Intent) (*Charge, error) {
-	ch, settled, err := c.execute(ctx, in)
+// answer. An intent without one (gave up, ctx ended, unresolved) stays
+// journaled.
+func (c *Client) drive(ctx context.Context, in Intent) Result {
+	r, settled := c.execute(ctx, in)
 	if settled {
-		// A failed delete is not returned: the charge is settled, and a
-		// caller told otherwise might charge again under a new key. The
+		// A failed delete is not returned: the operation is settled, and a
+		// caller told otherwise might repeat it under a new key. The
 		// stale entry is harmless: ResumePending replays the same key and
 		// gets the same answer back.
 		if derr := c.journal.Delete(in.Key); derr != nil {
@@ -237,63 +227,57 @@ func (c *Client) drive(ctx context.Context, in Intent) (*Charge, error) {
 				"key", in.Key, "error", derr)
 		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("charge with idempotency key %s: %w", in.Key, err)
+	if r.Err != nil {
+		what := string(in.op())
+		if id := cmp.Or(in.ChargeID, in.Refund.Charge); id != "" {
+			what += " " + id
+		}
+		r.Charge, r.Refund = nil, nil
+		r.Err = fmt.Errorf("%s with idempotency key %s: %w", what, in.Key, r.Err)
 	}
-	return ch, nil
+	return r
 }
 
 // execute sends in until a final answer, with in.Key on every attempt. It
 // only retries: it neither makes keys nor touches the journal.
-func (c *Client) execute(ctx context.Context, in Intent) (ch *Charge, settled bool, err error) {
-	body, err := marshalParams(in.Params)
+func (c *Client) execute(ctx context.Context, in Intent) (r Result, settled bool) {
+	r.Intent = in
+	u, body, err := c.request(in)
 	if err != nil {
-		return nil, true, err
+		r.Err = err
+		return r, true
 	}
-	u := c.base.JoinPath("v1", "charges").String()
-	settled, err = c.retry(ctx, func(ctx context.Context, n int) outcome {
-		var o outcome
-		ch, o = c.attempt(ctx, http.MethodPost, u, in.Key, body)
+	var into answer
+	if in.op() == OpRefund {
+		r.Refund = &Refund{}
+		into = r.Refund
+	} else {
+		r.Charge = &Charge{}
+		into = r.Charge
+	}
+	settled, r.Err = c.retry(ctx, func(ctx context.Context, n int) outcome {
+		o := c.attempt(ctx, http.MethodPost, u, in.Key, body, into)
 		if c.cfg.OnAttempt != nil {
 			c.cfg.OnAttempt(in, n, o.status, o.err)
 		}
 		return o
 	})
-	if err != nil {
-		return nil, settled, err
-	}
-	return ch, true, nil
+	return r, settled || r.Err == nil
 }
 
 // Get reads one charge. It retries like Charge (a read is safe to repeat).
 // Errors: ErrNotFound and ErrUnauthorized as *Error; ErrGaveUp; ctx's
 // error.
 func (c *Client) Get(ctx context.Context, id string) (*Charge, error) {
-	if id == "" {
-		return nil, errors.New("get charge: empty id")
-	}
-	u := c.base.JoinPath("v1", "charges", id).String()
-	var ch *Charge
-	_, err := c.retry(ctx, func(ctx context.Context, _ int) outcome {
-		var o outcome
-		ch, o = c.attempt(ctx, http.MethodGet, u, "", nil)
-		return o
-	})
+	u, err := c.objectURL("charge", id, "charges")
 	if err != nil {
+		return nil, fmt.Errorf("get charge: %w", err)
+	}
+	var ch Charge
+	if err := c.read(ctx, u, &ch); err != nil {
 		return nil, fmt.Errorf("get charge %s: %w", id, err)
 	}
-	return ch, nil
-}
-
-// marshalParams is deterministic (encoding/json sorts map keys), so a
-// journaled intent sends the same body after a restart; the server's
-// fingerprint canonicalizes anyway.
-func marshalParams(p ChargeParams) ([]byte, error) {
-	b, err := json.Marshal(p)
-	if err != nil {
-		return nil, fmt.Errorf("encode charge params: %w", err)
-	}
-	return b, nil
+	return &ch, nil
 }
 
 // noJournal is the journal of a Client configured without one.

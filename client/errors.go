@@ -31,14 +31,25 @@ var (
 	ErrMismatch = errors.New("idempotency key used for a different request")
 	// ErrInvalidRequest: 400 (invalid body or key), 405 (method not
 	// allowed), 413 (body too large) or 415 (body not JSON). Final; nothing
-	// was stored, so a corrected request may reuse the key.
+	// was stored, so a corrected request may reuse the key. A 400 that
+	// ErrNotAllowed matches is not an ErrInvalidRequest.
 	ErrInvalidRequest = errors.New("invalid request")
+	// ErrNotAllowed: 400 charge_not_capturable, charge_not_voidable,
+	// charge_not_refundable or amount_too_large: the charge's state does
+	// not allow the capture, void or refund (it may have lost a race to
+	// another request). Final, and stored for replay under the key; the
+	// charge's id is in Error.Problem.Charge.
+	ErrNotAllowed = errors.New("not allowed in the charge's state")
+	// ErrChargePending: 409 charge_pending, the charge's authorization has
+	// no outcome yet. Retried no sooner than Retry-After; seen only
+	// wrapped in ErrGaveUp.
+	ErrChargePending = errors.New("charge pending")
 	// ErrUnauthorized: 401, the API key is missing or unknown. Final.
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrNotFound: 404, no such charge for this tenant. Final.
 	ErrNotFound = errors.New("not found")
-	// ErrInProgress: 409, a request with the same key is still running.
-	// Retried; seen only wrapped in ErrGaveUp.
+	// ErrInProgress: 409 (but charge_pending), a request with the same
+	// key is still running. Retried; seen only wrapped in ErrGaveUp.
 	ErrInProgress = errors.New("request with this key in progress")
 	// ErrUnavailable: 503 psp_unavailable or database_unavailable (or a
 	// 503 without a code, from a proxy), and 429. Retried no sooner than
@@ -62,6 +73,11 @@ const (
 	CodePSPUnavailable         = "psp_unavailable"
 	CodeDatabaseUnavailable    = "database_unavailable"
 	CodePaymentUnresolved      = "payment_unresolved"
+	CodeChargePending          = "charge_pending"
+	CodeChargeNotCapturable    = "charge_not_capturable"
+	CodeChargeNotVoidable      = "charge_not_voidable"
+	CodeChargeNotRefundable    = "charge_not_refundable"
+	CodeAmountTooLarge         = "amount_too_large"
 )
 
 // FieldError names one invalid field of a request body.
@@ -138,6 +154,9 @@ func (e *Error) Is(target error) bool {
 	case ErrMismatch:
 		return e.Problem.Code == CodeIdempotencyKeyMismatch || (e.Problem.Code == "" && e.Status == http.StatusUnprocessableEntity)
 	case ErrInvalidRequest:
+		if e.notAllowed() {
+			return false
+		}
 		switch e.Status {
 		case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
 			return true
@@ -147,8 +166,12 @@ func (e *Error) Is(target error) bool {
 		return e.Status == http.StatusUnauthorized
 	case ErrNotFound:
 		return e.Status == http.StatusNotFound
+	case ErrNotAllowed:
+		return e.notAllowed()
+	case ErrChargePending:
+		return e.Problem.Code == CodeChargePending
 	case ErrInProgress:
-		return e.Status == http.StatusConflict
+		return e.Status == http.StatusConflict && e.Problem.Code != CodeChargePending
 	case ErrUnavailable:
 		return (e.Status == http.StatusServiceUnavailable && e.Problem.Code != CodePaymentUnresolved) ||
 			e.Status == http.StatusTooManyRequests
@@ -158,8 +181,16 @@ func (e *Error) Is(target error) bool {
 	return false
 }
 
+func (e *Error) notAllowed() bool {
+	switch e.Problem.Code {
+	case CodeChargeNotCapturable, CodeChargeNotVoidable, CodeChargeNotRefundable, CodeAmountTooLarge:
+		return true
+	}
+	return false
+}
+
 // retryable reports whether an answer may change on a retry with the same
-// key soon: 409 (still running), 429 (rate limited) and 5xx (nothing stored
+// key soon: 409 (still running, or the charge's authorization is), 429 (rate limited) and 5xx (nothing stored
 // for replay), except payment_unresolved, which only an operator changes.
 // Every other 4xx is final.
 func retryable(status int, code string) bool {

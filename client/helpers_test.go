@@ -25,6 +25,7 @@ const testAPIKey = "sk_test_123"
 type seenRequest struct {
 	Method string
 	Path   string
+	Query  string
 	Key    string
 	Auth   string
 	Body   []byte
@@ -51,7 +52,7 @@ func newFakeAPI(t *testing.T, journal *MemoryJournal, respond func(w http.Respon
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		key := r.Header.Get("Idempotency-Key")
-		sr := seenRequest{Method: r.Method, Path: r.URL.Path, Key: key, Auth: r.Header.Get("Authorization"), Body: body, At: time.Now()}
+		sr := seenRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Key: key, Auth: r.Header.Get("Authorization"), Body: body, At: time.Now()}
 		if f.journal != nil && key != "" {
 			sr.Journaled = f.journal.Has(key)
 		}

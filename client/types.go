@@ -1,6 +1,7 @@
 package client
 
 import (
+	"encoding/json"
 	"maps"
 	"time"
 )
@@ -50,20 +51,31 @@ const (
 	// StatusFailed: the PSP refused the request for good (402
 	// payment_failed); no money moved.
 	StatusFailed ChargeStatus = "failed"
+	// StatusCaptured: captured (AmountCaptured of Amount); refunds may
+	// follow.
+	StatusCaptured ChargeStatus = "captured"
+	// StatusVoided: the authorization was released; no money moved.
+	StatusVoided ChargeStatus = "voided"
 )
 
 // Charge is the charge object of the API.
 type Charge struct {
-	ID            string            `json:"id"`
-	Object        string            `json:"object"`
-	Amount        int64             `json:"amount"`
-	Currency      string            `json:"currency"`
-	PaymentMethod string            `json:"payment_method"`
-	Status        ChargeStatus      `json:"status"`
-	PSPReference  *string           `json:"psp_reference"`
-	Description   *string           `json:"description"`
-	Metadata      map[string]string `json:"metadata"`
-	CreatedAt     time.Time         `json:"created_at"`
+	ID            string       `json:"id"`
+	Object        string       `json:"object"`
+	Amount        int64        `json:"amount"`
+	Currency      string       `json:"currency"`
+	PaymentMethod string       `json:"payment_method"`
+	Status        ChargeStatus `json:"status"`
+	// AmountCaptured is what a capture took, 0 before one.
+	AmountCaptured int64 `json:"amount_captured"`
+	// AmountRefunded is the sum of the succeeded refunds.
+	AmountRefunded int64 `json:"amount_refunded"`
+	// PSP names the payment service provider that holds the charge.
+	PSP          string            `json:"psp"`
+	PSPReference *string           `json:"psp_reference"`
+	Description  *string           `json:"description"`
+	Metadata     map[string]string `json:"metadata"`
+	CreatedAt    time.Time         `json:"created_at"`
 
 	// Replayed is true when the server answered with a stored response of
 	// an earlier request with the same key (Idempotent-Replayed: true).
@@ -73,14 +85,35 @@ type Charge struct {
 	RawBody []byte `json:"-"`
 }
 
-// Intent is one user intent to charge: the idempotency key it will use on
-// every attempt, for as long as it takes and across process restarts, and
-// the parameters that key was made for.
+func (ch *Charge) decode(raw []byte, replayed bool) bool {
+	if err := json.Unmarshal(raw, ch); err != nil || ch.ID == "" {
+		return false
+	}
+	ch.Replayed, ch.RawBody = replayed, raw
+	return true
+}
+
+func (*Charge) kind() string { return "a charge" }
+
+// Intent is one user intent that moves money (to charge, capture, void or
+// refund): the idempotency key it will use on every attempt, for as long as
+// it takes and across process restarts, and the request that key was made
+// for.
 type Intent struct {
 	// Key is the Idempotency-Key sent on every attempt.
 	Key string `json:"key"`
-	// Params is the request body.
-	Params ChargeParams `json:"params"`
+	// Op is what the intent asks for. Empty means OpCharge: journals
+	// written before capture, void and refund existed hold no op.
+	Op Op `json:"op,omitempty"`
+	// Params is the request body of a charge (OpCharge).
+	Params ChargeParams `json:"params,omitzero"`
+	// ChargeID is the charge captured or voided (OpCapture, OpVoid); a
+	// refund names its charge in Refund.Charge.
+	ChargeID string `json:"charge_id,omitempty"`
+	// Capture is the request body of a capture (OpCapture).
+	Capture CaptureParams `json:"capture,omitzero"`
+	// Refund is the request body of a refund (OpRefund).
+	Refund RefundParams `json:"refund,omitzero"`
 	// CreatedAt is when the intent was made; ResumePending replays oldest
 	// first.
 	CreatedAt time.Time `json:"created_at"`
@@ -88,13 +121,25 @@ type Intent struct {
 
 func (in Intent) clone() Intent {
 	in.Params = in.Params.clone()
+	in.Capture.Amount = cloneInt(in.Capture.Amount)
+	in.Refund.Amount = cloneInt(in.Refund.Amount)
 	return in
 }
 
-// Result is what ResumePending did with one journaled intent: Charge on
-// success, else Err (the same errors Charge returns).
+func cloneInt(p *int64) *int64 {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// Result is what ResumePending (or Do) did with one intent: on success
+// Charge (a charge, capture or void) or Refund (a refund), else Err (the
+// errors of Charge, Capture, Void or Refund).
 type Result struct {
 	Intent Intent
 	Charge *Charge
+	Refund *Refund
 	Err    error
 }
