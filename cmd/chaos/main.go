@@ -4,9 +4,13 @@
 // longer than that and one longer than GIVE_UP_AFTER), and PostgreSQL (a
 // throw-away cluster of the run's own) stopped immediately and started
 // again during the load; then every intent checked for exactly-once and
-// every api and reaper for having survived. It prints a summary table and
-// a one-line verdict, writes the summary as JSON, and exits 1 on any
-// violation.
+// every api and reaper for having survived. Authorized intents live on:
+// captured (all or part) and refunded up to 3 times, or voided, each
+// operation under the same chaos and held against the mock PSP's books. A
+// webhook sink with faults of its own (5xx, dropped connections, slow and
+// too-late answers) receives every event, each checked against what
+// committed. It prints a summary table and a one-line verdict, writes the
+// summary as JSON, and exits 1 on any violation.
 //
 //	chaos [-seed 1] [-intents 2000] [-concurrency 24] [-db-restarts 3] [-json bench/results/chaos.json]
 package main
@@ -63,6 +67,11 @@ func run(args []string, stdout io.Writer) int {
 	fs.DurationVar(&cfg.DBDown, "db-down", 3*time.Second, "mean time the database stays down per restart")
 	fs.DurationVar(&cfg.RecoverWithin, "recover-within", 20*time.Second, "after each database restart, every api must answer /readyz 200 and every reaper reconnect within this")
 	fs.StringVar(&cfg.PGBinDir, "pg-bin", "", "directory with initdb and postgres for the throw-away cluster (default $PGCLUSTER_BIN, else /usr/lib/postgresql/15/bin)")
+	fs.Float64Var(&cfg.WebhookFaults.ErrorRate, "webhook-error-rate", 0.05, "webhook sink: share of deliveries answered 500 or 503")
+	fs.Float64Var(&cfg.WebhookFaults.DropRate, "webhook-drop-rate", 0.03, "webhook sink: share of deliveries read and then dropped without an answer")
+	fs.Float64Var(&cfg.WebhookFaults.HangRate, "webhook-hang-rate", 0.01, "webhook sink: share of deliveries answered 200 after 0.5-3s")
+	fs.Float64Var(&cfg.WebhookFaults.TimeoutRate, "webhook-timeout-rate", 0.002, "webhook sink: share of deliveries answered only after the 10s delivery timeout")
+	fs.DurationVar(&cfg.WebhookDrainWithin, "webhook-drain", 2*time.Minute, "after the load, every event must reach the webhook sink within this")
 	fs.BoolVar(&cfg.KeepDatabase, "keep-db", false, "keep the run's database (with -db-restarts 0 only)")
 	admin := fs.String("admin-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL to create the run's database on (with -db-restarts 0)")
 	jsonPath := fs.String("json", "", "write the summary as JSON to this file")

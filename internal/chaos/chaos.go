@@ -124,6 +124,11 @@ type Config struct {
 	// Progress, if set, receives a progress line every ProgressEvery.
 	Progress      io.Writer
 	ProgressEvery time.Duration
+	// WebhookFaults are the webhook sink's own faults (webhooksink.go).
+	WebhookFaults SinkFaults
+	// WebhookDrainWithin bounds how long after the load every event must
+	// have been delivered to the sink. Default 2m.
+	WebhookDrainWithin time.Duration
 	// KeepDatabase leaves the run's database on AdminURL for inspection.
 	// A throw-away cluster (DBRestarts > 0) is always removed.
 	KeepDatabase bool
@@ -153,6 +158,8 @@ func (c *Config) defaults() {
 	c.ProgressEvery = cmp.Or(c.ProgressEvery, 5*time.Second)
 	c.DBDown = cmp.Or(c.DBDown, 3*time.Second)
 	c.RecoverWithin = cmp.Or(c.RecoverWithin, 20*time.Second)
+	c.WebhookFaults.defaults()
+	c.WebhookDrainWithin = cmp.Or(c.WebhookDrainWithin, 2*time.Minute)
 }
 
 // Summary is what a run did and found.
@@ -198,6 +205,12 @@ type Summary struct {
 	// abandoned after the last database restart (see probeReapers),
 	// "FAILED", or empty when the run had no database restarts.
 	ReaperProbe string `json:"reaper_probe,omitempty"`
+
+	// Lives: the captures, voids and refunds of the authorized intents,
+	// and the PSP's books (lives.go, books.go). Webhooks: what the
+	// webhook sink received (webhooksink.go, webhookcheck.go).
+	Lives    LifeStats    `json:"lives"`
+	Webhooks WebhookStats `json:"webhooks"`
 }
 
 // intent is one user intent and the first final answer it got.
@@ -207,6 +220,7 @@ type intent struct {
 	code   string // the problem code of a 402 or 503
 	body   []byte // the final answer's body
 	err    error  // why there is no final answer
+	life   *life  // what follows an authorization (lives.go)
 }
 
 // Run runs the harness and returns its summary. Violations are in the
@@ -282,9 +296,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	// The workers, each restarted whenever it dies, and the reapers. Each
 	// process's connections carry its name (application_name), so the
 	// harness can see in pg_stat_activity who reconnected after a restart.
-	common := map[string]string{"PSP_URL": pspURL, "LEASE": cfg.Lease.String(),
+	common := map[string]string{"PSP_URL": pspURL, "LEASE": cfg.Lease.String(), "WEBHOOK_ALLOW_PRIVATE": "1",
 		"RETRY_BASE": cfg.RetryBase.String(), "RETRY_MAX": cfg.RetryMax.String(), "GIVE_UP_AFTER": cfg.GiveUpAfter.String()}
-	crash := fmt.Sprintf("after_claim=%[1]v,after_charge_created=%[1]v,after_psp_call=%[1]v,after_psp_authorized=%[1]v", cfg.CrashProbability)
+	crash := fmt.Sprintf("after_claim=%[1]v,after_charge_created=%[1]v,after_psp_call=%[1]v,after_psp_authorized=%[1]v,"+
+		"after_capture_started=%[1]v,after_psp_captured=%[1]v,after_void_started=%[1]v,after_psp_voided=%[1]v,"+
+		"after_refund_created=%[1]v,after_psp_refunded=%[1]v", cfg.CrashProbability)
 	workers := make([]*process, cfg.Workers)
 	bases := make([]string, cfg.Workers)
 	for i := range workers {
@@ -381,6 +397,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			Params: client.ChargeParams{Amount: 100 + rnd.Int64N(100000), Currency: "usd", PaymentMethod: pm},
 		}}
 	}
+	planLives(cfg.Seed, intents)
 	var (
 		attempts  atomic.Int64
 		answersMu sync.Mutex
@@ -410,6 +427,20 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 
+	// The webhook sink, subscribed to every event before the first one,
+	// and the backlog sampled while the run goes on.
+	sink, err := startSink(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer sink.close()
+	if sum.Webhooks.Endpoint, err = sink.register(ctx, transport, apiKey); err != nil {
+		return nil, err
+	}
+	backlog := &backlogSampler{}
+	go backlog.run(sampleCtx, pool)
+	ops := newOpDriver(transport, apiKey, &cfg)
+
 	var finished atomic.Int64
 	clientsDone := make(chan struct{})
 	go func() {
@@ -420,6 +451,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			wg.Go(func() {
 				for it := range work {
 					drive(ctx, cl, it)
+					ops.live(ctx, it)
 					finished.Add(1)
 				}
 			})
@@ -531,6 +563,17 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		sum.Violations = append(sum.Violations, v...)
 	}
 
+	// Every event delivered to the sink, after the probe's too.
+	drained, v := drainWebhooks(ctx, pool, backlog, cfg.WebhookDrainWithin)
+	sum.Webhooks.Drained = drained.Truncate(time.Millisecond).String()
+	if v != "" {
+		sum.Violations = append(sum.Violations, v)
+	}
+	backlog.mu.Lock()
+	sum.Webhooks.MaxBacklog = backlog.max
+	sum.Webhooks.MaxDueDelay = time.Duration(backlog.maxDelay * float64(time.Second)).Truncate(time.Millisecond).String()
+	backlog.mu.Unlock()
+
 	sum.Attempts = attempts.Load()
 	answersMu.Lock()
 	sum.FailedAttempts = answers
@@ -551,6 +594,16 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := verify(ctx, pool, pspURL, transport, apiKey, intents, sum, func() (string, error) {
 		return runOnce(ctx, bin("api"), map[string]string{"DATABASE_URL": dbURL}, "requests", "list", "--state", "needs_attention", "--json")
 	}); err != nil {
+		return nil, err
+	}
+	violate := func(format string, args ...any) {
+		sum.Violations = append(sum.Violations, fmt.Sprintf(format, args...))
+	}
+	if err := verifyWebhooks(ctx, pool, sink, &sum.Webhooks, violate); err != nil {
+		return nil, err
+	}
+	sum.Lives.Attempts = ops.attempts.Load()
+	if err := verifyLives(ctx, pool, pspURL, transport, apiKey, intents, &sum.Lives, violate); err != nil {
 		return nil, err
 	}
 	// After the replays, so a process that dies by itself at any point
@@ -711,7 +764,8 @@ func (s *Summary) Table() string {
 		points = append(points, p)
 	}
 	sort.Strings(points)
-	for _, p := range []string{string(charges.CrashAfterClaim), string(charges.CrashAfterChargeCreated), string(charges.CrashAfterPSPCall), string(charges.CrashAfterPSPAuthorized)} {
+	for _, p := range []string{string(charges.CrashAfterClaim), string(charges.CrashAfterChargeCreated), string(charges.CrashAfterPSPCall), string(charges.CrashAfterPSPAuthorized),
+		"after_capture_started", "after_psp_captured", "after_void_started", "after_psp_voided", "after_refund_created", "after_psp_refunded"} {
 		row("crash point "+p, s.CrashPoints[p])
 	}
 	row("takeovers (lock_version bumps)", s.Takeovers)
@@ -730,6 +784,7 @@ func (s *Summary) Table() string {
 	row("  sends per PSP key: p99", s.AttemptsP99)
 	row("PSP authorizations", s.Authorizations)
 	row("replays checked byte for byte", s.Replays)
+	s.livesAndWebhooksRows(row)
 	row("duration", s.Duration)
 	row("violations", len(s.Violations))
 	for _, v := range s.Violations {
@@ -746,10 +801,13 @@ func (s *Summary) Line() string {
 	}
 	return fmt.Sprintf("chaos %s: seed %d, %d/%d intents ended (%d authorized, %d declined, %d failed, %d needs_attention), "+
 		"%d PSP authorizations, %d lookups, %d resends, sends per key max %d p99 %d, %d PSP outages, "+
-		"%d kills, %d pauses, %d database restarts, %d unplanned exits, %d replays checked, %d violations, %s",
+		"%d kills, %d pauses, %d database restarts, %d unplanned exits, %d replays checked, "+
+		"%d lives (%d captured, %d voided, %d refunds), %d webhook events (%d deliveries, latency p50 %s p99 %s, max backlog %d), %d violations, %s",
 		verdict, s.Seed, s.Authorized+s.Declined+s.Failed+s.NeedsAttention, s.Intents, s.Authorized, s.Declined, s.Failed, s.NeedsAttention,
 		s.Authorizations, s.Lookups, s.Resends, s.AttemptsMax, s.AttemptsP99, s.Outages,
-		s.Kills, s.Pauses, s.DBRestarts, s.UnplannedExits, s.Replays, len(s.Violations), s.Duration)
+		s.Kills, s.Pauses, s.DBRestarts, s.UnplannedExits, s.Replays,
+		s.Lives.Lives, s.Lives.Captures, s.Lives.Voids, s.Lives.Refunds, s.Webhooks.Events, s.Webhooks.Deliveries,
+		s.Webhooks.LatencyP50, s.Webhooks.LatencyP99, s.Webhooks.MaxBacklog, len(s.Violations), s.Duration)
 }
 
 // answerClass names a failed attempt's answer for the summary: the status

@@ -109,6 +109,18 @@ func TestChaosShortRun(t *testing.T) {
 	require.Zero(t, sum.UnplannedExits)
 	_, err = time.ParseDuration(sum.ReaperProbe)
 	require.NoError(t, err, "reaper probe: %s", sum.ReaperProbe)
+	// Payment lives: captures, voids and refunds under the same chaos.
+	require.Positive(t, sum.Lives.Lives)
+	require.Positive(t, sum.Lives.Captures)
+	require.Positive(t, sum.Lives.Voids)
+	require.Positive(t, sum.Lives.Refunds)
+	require.Positive(t, sum.Lives.Replays)
+	// The webhook sink received every event, through its own faults.
+	require.Positive(t, sum.Webhooks.Events)
+	require.GreaterOrEqual(t, sum.Webhooks.Accepted, sum.Webhooks.Events)
+	require.Greater(t, sum.Webhooks.Deliveries, sum.Webhooks.Accepted)
+	require.Positive(t, sum.Webhooks.FailedAttempts)
+	require.Positive(t, sum.Webhooks.MaxBacklog)
 }
 
 // Proof that the harness can fail: a build whose PSP key is fresh on every

@@ -114,6 +114,8 @@ func verify(ctx context.Context, pool *pgxpool.Pool, pspURL string, transport ht
 			// Given up before its charge was created: nothing to check.
 		case want != "" && len(ids) != 1:
 			violate("intent %s: %d charges, want 1", it.in.Key, len(ids))
+		case want == "authorized" && lived(chargeStatus[ids[0]]):
+			// Captured or voided since, by its life.
 		case want != "" && chargeStatus[ids[0]] != want:
 			violate("intent %s: answered as %s but its charge %s is %s", it.in.Key, want, ids[0], chargeStatus[ids[0]])
 		}
@@ -156,7 +158,7 @@ func verify(ctx context.Context, pool *pgxpool.Pool, pspURL string, transport ht
 			violate("charge %s: authorized %d times by the PSP", id, n)
 		case authorized > 0 && (status == "failed" || status == "declined"):
 			violate("charge %s: %s, but authorized at the PSP", id, status)
-		case status == "authorized" && authorized != 1:
+		case lived(status) && authorized != 1:
 			violate("charge %s: authorized without a PSP authorization", id)
 		case status == "declined" && n == 0:
 			violate("charge %s: declined without a PSP decline", id)
@@ -247,6 +249,12 @@ func verify(ctx context.Context, pool *pgxpool.Pool, pspURL string, transport ht
 	sum.PSPErrors, sum.PSPDrops = faults.Injected.Errors, faults.Injected.Drops
 	sum.PSPRejects, sum.PSPLookupFails = faults.Injected.Rejects, faults.Injected.LookupErrors
 	return nil
+}
+
+// lived says a charge status is authorized, or one an authorization
+// leads to (captured, voided).
+func lived(status string) bool {
+	return status == "authorized" || status == "captured" || status == "voided"
 }
 
 // pspRequest is one entry of the mock's request log (GET /_admin/requests).
