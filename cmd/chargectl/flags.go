@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -16,8 +17,27 @@ const APIURLDefault = "http://127.0.0.1:8080"
 const usage = `Usage:
   chargectl charge --amount N --currency CUR --payment-method PM [--description D] [--metadata K=V ...]
   chargectl get CHARGE_ID
+  chargectl capture CHARGE_ID [--amount N]
+  chargectl void CHARGE_ID
+  chargectl refund CHARGE_ID [--amount N]
+  chargectl get-refund REFUND_ID
+  chargectl list-charges [--limit N] [--starting-after ID] [--all]
+  chargectl list-refunds CHARGE_ID [--limit N] [--starting-after ID] [--all]
   chargectl resume [--progress DUR]
   chargectl listen [--addr HOST:PORT] [--events TYPE,TYPE|*]
+
+charge, capture, void and refund move money: each makes one idempotency
+key, journals it before the first attempt and sends that same key on every
+retry (a 409 charge_pending is retried after its Retry-After). When the
+outcome stays unknown (gave up, Ctrl-C, 503 payment_unresolved) the intent
+stays journaled for resume. capture takes all of the authorized amount and
+refund all that is left to refund unless --amount is given. The final
+charge (capture, void) or refund is printed as the server sent it.
+
+list-charges and list-refunds print one page as the server sent it (newest
+first, --limit 1..100 objects, default 10, after --starting-after), with
+the id to continue from on stderr when there is more; with --all they
+follow every page and print one object per line.
 
 resume drives every journaled charge to its end and prints one line per
 charge: key, outcome (the charge's status, declined, failed, unresolved,
@@ -60,7 +80,7 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 		return flagError(err)
 	}
 	if top.NArg() == 0 {
-		return errors.New("missing command: charge, get, resume or listen")
+		return errors.New("missing command: " + commandList)
 	}
 	m.Command = top.Arg(0)
 
@@ -93,9 +113,22 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	case "listen":
 		fs.StringVar(&m.ListenAddr, "addr", m.ListenAddr, "listen address of the webhook receiver")
 		fs.StringVar(&m.ListenEvents, "events", m.ListenEvents, "event types, comma-separated, or *")
-	case "get":
+	case "capture", "refund":
+		fs.Func("amount", "amount in the currency's minor unit (default: all)", func(s string) error {
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return fmt.Errorf("%q is not an integer", s)
+			}
+			m.Amount = &v
+			return nil
+		})
+	case "list-charges", "list-refunds":
+		fs.IntVar(&m.List.Limit, "limit", 0, "objects per page, 1..100 (default: the server's, 10)")
+		fs.StringVar(&m.List.StartingAfter, "starting-after", "", "id of the object the page starts after")
+		fs.BoolVar(&m.ListAll, "all", false, "follow every page, one object per line")
+	case "get", "void", "get-refund":
 	default:
-		return fmt.Errorf("unknown command %q: want charge, get, resume or listen", m.Command)
+		return fmt.Errorf("unknown command %q: want %s", m.Command, commandList)
 	}
 	pos, err := parseInterspersed(fs, top.Args()[1:])
 	if err != nil {
@@ -114,12 +147,17 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 		if len(pos) > 0 {
 			return fmt.Errorf("charge: unexpected argument %q", pos[0])
 		}
-	case "get":
+	case "get", "capture", "void", "refund", "list-refunds":
 		if len(pos) != 1 || pos[0] == "" {
-			return errors.New("get: want exactly one charge id")
+			return fmt.Errorf("%s: want exactly one charge id", m.Command)
 		}
 		m.ChargeID = pos[0]
-	case "resume", "listen":
+	case "get-refund":
+		if len(pos) != 1 || pos[0] == "" {
+			return errors.New("get-refund: want exactly one refund id")
+		}
+		m.RefundID = pos[0]
+	case "resume", "listen", "list-charges":
 		if len(pos) > 0 {
 			return fmt.Errorf("%s: unexpected argument %q", m.Command, pos[0])
 		}
@@ -131,7 +169,10 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	if m.MaxElapsed <= 0 {
 		return errors.New("--max-elapsed must be positive")
 	}
-	if m.JournalDir == "" && m.Command != "get" && m.Command != "listen" {
+	if m.List.Limit < 0 || m.List.Limit > 100 {
+		return fmt.Errorf("%s: --limit must be 1..100", m.Command)
+	}
+	if m.JournalDir == "" && journaled(m.Command) {
 		dir, err := defaultJournalDir(getenv)
 		if err != nil {
 			return err
@@ -139,6 +180,19 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 		m.JournalDir = dir
 	}
 	return nil
+}
+
+// commandList names the commands for usage errors.
+const commandList = "charge, get, capture, void, refund, get-refund, list-charges, list-refunds, resume or listen"
+
+// journaled reports whether a command keeps intents in the journal: the
+// ones that move money, and resume.
+func journaled(command string) bool {
+	switch command {
+	case "charge", "capture", "void", "refund", "resume":
+		return true
+	}
+	return false
 }
 
 // newFlagSet returns a flag set with the flags every command shares, so

@@ -101,7 +101,7 @@ func TestParseFlags(t *testing.T) {
 		{name: "Help", args: []string{"-h"}, env: baseEnv, wantErr: errHelp.Error()},
 		{name: "SubcommandHelp", args: []string{"charge", "--help"}, env: baseEnv, wantErr: errHelp.Error()},
 		{name: "NoCommand", args: nil, env: baseEnv, wantErr: "missing command"},
-		{name: "UnknownCommand", args: []string{"refund"}, env: baseEnv, wantErr: `unknown command "refund"`},
+		{name: "UnknownCommand", args: []string{"bogus"}, env: baseEnv, wantErr: `unknown command "bogus"`},
 		{name: "UnknownFlag", args: []string{"charge", "--colour", "red"}, env: baseEnv, wantErr: "flag provided but not defined"},
 		{name: "MissingAmount", args: []string{"charge", "--currency", "usd", "--payment-method", "pm_x"}, env: baseEnv, wantErr: "--amount is required"},
 		{name: "MissingPaymentMethod", args: []string{"charge", "--amount", "1", "--currency", "usd"}, env: baseEnv, wantErr: "--payment-method is required"},

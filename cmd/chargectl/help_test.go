@@ -15,7 +15,8 @@ func TestChargectlHelpStartsNothing(t *testing.T) {
 	env := func(k string) string {
 		return map[string]string{"PHASEPAY_API_URL": "http://127.0.0.1:1", "PHASEPAY_JOURNAL": t.TempDir()}[k]
 	}
-	for _, args := range [][]string{{"-h"}, {"--help"}, {"charge", "-h"}, {"get", "--help"}, {"resume", "-help"}} {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"charge", "-h"}, {"get", "--help"}, {"resume", "-help"},
+		{"capture", "-h"}, {"void", "-h"}, {"refund", "ch_1", "-h"}, {"get-refund", "--help"}, {"list-charges", "-h"}, {"list-refunds", "-h"}} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), args, env, &stdout, &stderr)
 		require.Equal(t, 0, code, "%q: %s", args, stderr.String())
