@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/phasepay/phasepay/internal/envconfig"
@@ -11,6 +10,7 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/platform"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/routing"
 )
 
 // Config is the API's configuration, from the contract's environment
@@ -28,6 +28,10 @@ type Config struct {
 	// against a mock and report charges no PSP ever saw.
 	PSPURL      string
 	MockPSPAddr string
+	// Routing is the PSPs (PSP_URL, or PSPS and PSP_ROUTING for several)
+	// and their breakers; see package routing. Empty when neither is set.
+	// A Main whose Routing is empty but PSPURL set routes to that one PSP.
+	Routing routing.Config
 	// MetricsAddr, if set (METRICS_ADDR), serves GET /metrics on a listener
 	// of its own and takes it off the API's port, so that the public
 	// address does not expose the process's internals. Empty: /metrics is
@@ -66,7 +70,7 @@ const PSPEmbedded = "embedded"
 
 // ErrPSPURLRequired is serve's refusal to start without PSP_URL. Only serve
 // needs a PSP, so ParseEnv accepts its absence for migrate and keys.
-var ErrPSPURLRequired = errors.New(`PSP_URL is required: the PSP's base URL, or "embedded" for an in-process mock PSP (development and tests only)`)
+var ErrPSPURLRequired = errors.New(`PSP_URL is required: the PSP's base URL, or "embedded" for an in-process mock PSP (development and tests only); or PSPS (and PSP_ROUTING) for several PSPs`)
 
 // ParseEnv reads Config from the environment and validates it.
 func ParseEnv(getenv func(string) string) (Config, error) {
@@ -95,12 +99,26 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	if c.RetryBase, c.RetryMax, c.GiveUpAfter, err = idempotency.ScheduleFromEnv(getenv); err != nil {
 		return Config{}, err
 	}
-	if c.PSPURL != "" && c.PSPURL != PSPEmbedded {
-		if u, err := url.Parse(c.PSPURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return Config{}, fmt.Errorf("PSP_URL: %q is not an http(s) URL or %q", c.PSPURL, PSPEmbedded)
-		}
+	if c.Routing, err = routing.FromEnv(getenv); err != nil {
+		return Config{}, err
 	}
 	return c, nil
+}
+
+// hasPSP reports whether a PSP is configured (PSP_URL or PSPS).
+func (c Config) hasPSP() bool { return c.PSPURL != "" || len(c.Routing.PSPs) > 0 }
+
+// routes is the Routing of c, the one PSP of PSPURL when Routing is empty
+// (a Main built in-process), with the embedded mock's URL for embedded.
+func (c Config) routes(mockURL string) routing.Config {
+	r := c.Routing
+	if len(r.PSPs) == 0 {
+		r = routing.Single(c.PSPURL)
+	}
+	if r.Single && r.PSPs[0].URL == PSPEmbedded {
+		r.PSPs = []routing.PSP{{Name: routing.DefaultName, URL: mockURL}}
+	}
+	return r
 }
 
 // keysConfig is the idempotency store's configuration.

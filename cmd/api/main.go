@@ -248,7 +248,7 @@ func writeUsage(w io.Writer, path string, cmd *command, fs *flag.FlagSet, full b
 const configHelp = `
 Configuration is by environment variable: DATABASE_URL (PostgreSQL),
 API_ADDR (listen address), PSP_URL (the PSP, or "embedded" for an in-process
-mock), LEASE and the others listed in the README's Configuration section.
+mock) or PSPS and PSP_ROUTING (several PSPs), LEASE and the others listed in the README's Configuration section.
 Logs are JSON lines on stderr.
 `
 
@@ -276,7 +276,7 @@ database (api migrate).`,
 			if len(inv.args) > 0 {
 				return usageErrorf("unexpected argument %q", inv.args[0])
 			}
-			if inv.cfg.PSPURL == "" {
+			if !inv.cfg.hasPSP() {
 				// Bad configuration like ParseEnv's (exit 2), but only
 				// serve needs a PSP. Run refuses it too, for in-process use.
 				return fmt.Errorf("%w: %w", errConfig, ErrPSPURLRequired)

@@ -231,7 +231,7 @@ func resolvingService(ctx context.Context, inv *invocation, pool *pgxpool.Pool, 
 	if pspURL == PSPEmbedded {
 		pspURL = "http://" + inv.cfg.MockPSPAddr
 	}
-	if pspURL == "" && !force {
+	if pspURL == "" && len(inv.cfg.Routing.PSPs) == 0 && !force {
 		return nil, fmt.Errorf("%w (to look the charge up), or --force", ErrPSPURLRequired)
 	}
 	if pspURL == "" {
@@ -241,7 +241,13 @@ func resolvingService(ctx context.Context, inv *invocation, pool *pgxpool.Pool, 
 	if err != nil {
 		return nil, err
 	}
-	client, err := platform.PSPClient(pspURL, tel)
+	// With PSPS, the lookup asks every PSP (routing.Router.Lookup).
+	var client charges.Authorizer
+	if len(inv.cfg.Routing.PSPs) > 0 && !inv.cfg.Routing.Single {
+		client, err = platform.PSPRouter(inv.cfg.Routing, tel, inv.logger)
+	} else {
+		client, err = platform.PSPClient(pspURL, tel)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("psp: %w", err)
 	}

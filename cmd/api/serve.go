@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	_ "net/http/pprof" // served on PPROF_ADDR only
+	"strings"
 	"sync"
 	"time"
 
@@ -60,7 +61,7 @@ type Main struct {
 func (m *Main) Run(ctx context.Context) error {
 	m.init()
 	// Before anything starts: a refusal is one line, at once.
-	if m.Config.PSPURL == "" {
+	if !m.Config.hasPSP() {
 		return ErrPSPURLRequired
 	}
 	tel := m.Telemetry
@@ -84,8 +85,8 @@ func (m *Main) Run(ctx context.Context) error {
 
 	authorizer := m.Authorizer
 	if authorizer == nil {
-		pspURL := m.Config.PSPURL
-		if pspURL == PSPEmbedded {
+		var mockURL string
+		if m.Config.PSPURL == PSPEmbedded {
 			ms, err := m.startMockPSP()
 			if err != nil {
 				return err
@@ -97,9 +98,9 @@ func (m *Main) Run(ctx context.Context) error {
 				defer cancel()
 				_ = ms.Shutdown(shutCtx)
 			}()
-			pspURL = ms.URL
+			mockURL = ms.URL
 		}
-		if authorizer, err = platform.PSPClient(pspURL, tel); err != nil {
+		if authorizer, err = platform.PSPRouter(m.Config.routes(mockURL), tel, m.Logger); err != nil {
 			return fmt.Errorf("psp: %w", err)
 		}
 	}
@@ -309,6 +310,13 @@ func (m *Main) startMockPSP() (*psp.MockServer, error) {
 func pspLabel(c Config) string {
 	if c.PSPURL == PSPEmbedded {
 		return "embedded mock"
+	}
+	if c.PSPURL == "" && len(c.Routing.PSPs) > 0 {
+		var names []string
+		for _, p := range c.Routing.PSPs {
+			names = append(names, p.Name+"="+p.URL)
+		}
+		return strings.Join(names, ",")
 	}
 	return c.PSPURL
 }

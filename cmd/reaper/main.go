@@ -16,7 +16,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"sync"
@@ -31,6 +30,7 @@ import (
 	"github.com/phasepay/phasepay/internal/platform"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
+	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
@@ -48,6 +48,8 @@ past retention. Several reapers may run at once.
 Configuration is by environment variable:
   PSP_URL              required: the PSP's base URL, or "embedded" for an
                        in-process mock PSP of the reaper's own (tests only)
+  PSPS, PSP_ROUTING    instead of PSP_URL, several PSPs and the order each
+                       currency tries them in (the API's values)
   DATABASE_URL         PostgreSQL (default ` + platform.DatabaseURLDefault + `)
   LEASE                lease taken by a takeover; must match the API's (default 60s)
   REAPER_INTERVAL      pause between passes (default 1s)
@@ -96,7 +98,10 @@ type Config struct {
 	// PSPURL is PSP_URL, required: the PSP's base URL, or PSPEmbedded for
 	// an in-process mock PSP with a ledger of its own (see Run).
 	PSPURL string
-	Lease  time.Duration // LEASE: must match the API's
+	// Routing is the PSPs (PSP_URL, or PSPS and PSP_ROUTING: the API's);
+	// see package routing. Empty in a Main built with PSPURL alone.
+	Routing routing.Config
+	Lease   time.Duration // LEASE: must match the API's
 	// RETRY_BASE, RETRY_MAX, GIVE_UP_AFTER: the retry schedule (must match
 	// the API's); see idempotency.Config.
 	RetryBase, RetryMax, GiveUpAfter time.Duration
@@ -125,16 +130,13 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	}
 	// Never a default: a reaper that lost its PSP_URL must not drive
 	// requests against a mock and record authorizations no PSP ever saw.
-	switch c.PSPURL {
-	case "":
-		return Config{}, fmt.Errorf(`PSP_URL is required: the PSP's base URL, or %q for an in-process mock PSP (tests only)`, PSPEmbedded)
-	case PSPEmbedded:
-	default:
-		if u, err := url.Parse(c.PSPURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return Config{}, fmt.Errorf("PSP_URL: %q is not an http(s) URL or %q", c.PSPURL, PSPEmbedded)
-		}
-	}
 	var err error
+	if c.Routing, err = routing.FromEnv(getenv); err != nil {
+		return Config{}, err
+	}
+	if len(c.Routing.PSPs) == 0 {
+		return Config{}, fmt.Errorf(`PSP_URL is required: the PSP's base URL, or %q for an in-process mock PSP (tests only); or PSPS (and PSP_ROUTING) for several PSPs`, PSPEmbedded)
+	}
 	if c.RetryBase, c.RetryMax, c.GiveUpAfter, err = idempotency.ScheduleFromEnv(getenv); err != nil {
 		return Config{}, err
 	}
@@ -191,8 +193,11 @@ func (m *Main) Run(ctx context.Context) error {
 
 	authorizer := m.Authorizer
 	if authorizer == nil {
-		pspURL := m.Config.PSPURL
-		if pspURL == PSPEmbedded {
+		routes := m.Config.Routing
+		if len(routes.PSPs) == 0 {
+			routes = routing.Single(m.Config.PSPURL)
+		}
+		if routes.Single && routes.PSPs[0].URL == PSPEmbedded {
 			// Alone, an in-process mock has a ledger of its own. make run
 			// points the reaper at the API's embedded mock instead.
 			ms, _, err := psp.StartMock("127.0.0.1:0")
@@ -201,9 +206,9 @@ func (m *Main) Run(ctx context.Context) error {
 			}
 			defer ms.Shutdown(context.Background()) //nolint:errcheck
 			m.Logger.Warn("PSP_URL=embedded: using an in-process mock PSP of the reaper's own", "url", ms.URL)
-			pspURL = ms.URL
+			routes.PSPs = []routing.PSP{{Name: routing.DefaultName, URL: ms.URL}}
 		}
-		if authorizer, err = platform.PSPClient(pspURL, tel); err != nil {
+		if authorizer, err = platform.PSPRouter(routes, tel, m.Logger); err != nil {
 			return fmt.Errorf("psp: %w", err)
 		}
 	}

@@ -57,16 +57,20 @@ const (
 	CrashAfterPSPAuthorized = CrashPoint("after_" + PointPSPAuthorized)
 )
 
-func authorizeOperation(a Authorizer) *phases.Operation[*Charge] {
+func authorizeOperation(a Authorizer, routes Routes) *phases.Operation[*Charge] {
 	return &phases.Operation[*Charge]{
 		Path: Path, Span: "charges.create", ResumeSpan: "charges.resume",
 		ObjectID: func(idempotency.Canonical) string { return newChargeID() },
 		Load: func(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (*Charge, error) {
-			return chargeByKey(ctx, q, lease.Record.ID())
+			c, err := chargeByKey(ctx, q, lease.Record.ID())
+			if err != nil {
+				return nil, err
+			}
+			return c, loadAttempts(ctx, q, c)
 		},
 		Arrows: []phases.Arrow[*Charge]{
-			{To: PointChargeCreated, Commit: createCharge},
-			{To: PointPSPAuthorized, Call: authorizeCall(a), Commit: recordAuthorization},
+			{To: PointChargeCreated, Commit: createCharge(routes)},
+			{To: PointPSPAuthorized, Call: authorizeCall(a, routes), Commit: recordAuthorization(routes)},
 			{To: idempotency.PointDone, Commit: func(_ context.Context, _ pgx.Tx, run *phases.Run[*Charge]) error {
 				run.Finish(response(run.Object))
 				return nil
@@ -76,14 +80,23 @@ func authorizeOperation(a Authorizer) *phases.Operation[*Charge] {
 }
 
 // createCharge is start → charge_created: a pending charge row, with the id
-// the claim recorded on the key.
-func createCharge(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
-	params, err := ParseCreateParams(run.Request().Body)
-	if err != nil {
-		return fmt.Errorf("key %q: stored request: %w", run.Lease.Record.Key, err)
+// the claim recorded on the key, at the PSP its route starts at (the first
+// whose breaker lets new charges in), and its first attempt there,
+// recorded before anything is sent.
+func createCharge(routes Routes) func(context.Context, pgx.Tx, *phases.Run[*Charge]) error {
+	return func(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
+		params, err := ParseCreateParams(run.Request().Body)
+		if err != nil {
+			return fmt.Errorf("key %q: stored request: %w", run.Lease.Record.Key, err)
+		}
+		at := routes.Choose(params.Currency)
+		c, err := insertCharge(ctx, tx, run.Lease.Record.ID(), run.ObjectID, at, params)
+		if err != nil {
+			return err
+		}
+		run.Object = c
+		return insertAttempt(ctx, tx, c, attempt{N: 1, PSP: at, Key: attemptKey(c.ID, 1, routes.Single())})
 	}
-	run.Object, err = insertCharge(ctx, tx, run.Lease.Record.ID(), run.ObjectID, params)
-	return err
 }
 
 // authorizeCall is the foreign call before psp_authorized: one attempt, with
@@ -92,43 +105,105 @@ func createCharge(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) erro
 // takeovers, so the PSP answers a repeat with its first answer while it
 // remembers the key; after that, the lookup by reference that precedes
 // every resend (unless the charge is fresh) keeps it from authorizing twice.
-func authorizeCall(a Authorizer) func(context.Context, *phases.Run[*Charge]) (psp.Outcome, error) {
+//
+// With several PSPs the call goes to the charge's current attempt's PSP
+// under that attempt's key; a run that did not commit that attempt itself
+// first looks the charge up at every PSP attempted before (attempts.go).
+func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Run[*Charge]) (psp.Outcome, error) {
 	return func(ctx context.Context, run *phases.Run[*Charge]) (psp.Outcome, error) {
 		c := run.Object
+		cur := c.current()
+		if !run.Fresh {
+			if out, found, err := lookUpEarlier(ctx, routes, c); found || err != nil {
+				return out, err
+			}
+		}
+		key := cur.Key
+		if defectNoLookup {
+			key = PSPKey(c.ID) // the deliberately broken build: fresh on every call
+		}
 		out, err := a.AuthorizeOutcome(ctx, psp.AuthorizeRequest{
-			IdempotencyKey: PSPKey(c.ID),
+			IdempotencyKey: key,
+			PSP:            cur.PSP,
 			FirstSend:      run.Fresh || defectNoLookup,
 			Amount:         c.Amount,
 			Currency:       c.Currency,
 			PaymentMethod:  c.PaymentMethod,
 			Reference:      c.ID,
 		})
+		if out.PSP == "" {
+			out.PSP = cur.PSP
+		}
 		if err != nil {
-			return out, fmt.Errorf("authorize %s: %w", c.ID, err)
+			return out, fmt.Errorf("authorize %s at %s: %w", c.ID, cur.PSP, err)
 		}
 		return out, nil
 	}
 }
 
 // recordAuthorization is charge_created → psp_authorized: the PSP's final
-// answer (an authorization, a decline or a refusal) on the charge row, and
-// its event (charge.authorized, .declined or .failed) in the same
-// transaction.
-func recordAuthorization(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
-	c, out := run.Object, run.Outcome
-	switch {
-	case out.Class == psp.ClassSuccess:
-		c.Status, c.PSPReference = StatusAuthorized, &out.Authorization.ID
-	case out.Declined():
-		c.Status, c.PSPReference, c.DeclineCode = StatusDeclined, &out.Authorization.ID, out.Authorization.DeclineCode
-	default: // refused: nothing was done at the PSP, and never will be
-		reason := cmp.Or(out.Reason, "refused by the payment service provider")
-		c.Status, c.FailureReason = StatusFailed, &reason
+// answer (an authorization, a decline or a refusal) on the charge row and
+// its attempt, and its event (charge.authorized, .declined or .failed) in
+// the same transaction.
+//
+// A refusal with a PSP left on the charge's route is not an end: the
+// refusal and the next attempt, at the next PSP, commit together and the
+// charge stays at charge_created (Run.Again), so that the next call goes
+// there, Fresh. Only a refusal moves a charge: the PSP answered that it
+// did nothing. A decline is the customer's answer, final everywhere; an
+// unknown outcome never reaches this arrow (the engine releases the run).
+func recordAuthorization(routes Routes) func(context.Context, pgx.Tx, *phases.Run[*Charge]) error {
+	return func(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
+		c, out := run.Object, run.Outcome
+		cur := c.current()
+		var ended string
+		switch {
+		case out.Class == psp.ClassSuccess:
+			c.Status, c.PSPReference, ended = StatusAuthorized, &out.Authorization.ID, attemptAuthorized
+			c.PSP = cmp.Or(out.PSP, cur.PSP)
+		case out.Declined():
+			c.Status, c.PSPReference, c.DeclineCode, ended = StatusDeclined, &out.Authorization.ID, out.Authorization.DeclineCode, attemptDeclined
+		default: // refused: nothing was done at the PSP, and never will be
+			if err := endAttempt(ctx, tx, c, cur, attemptRefused); err != nil {
+				return err
+			}
+			if next, ok := routes.Next(c.Currency, c.tried()); ok {
+				return failOver(ctx, tx, run, routes, next)
+			}
+			reason := cmp.Or(out.Reason, "refused by the payment service provider")
+			c.Status, c.FailureReason = StatusFailed, &reason
+		}
+		if ended != "" && c.PSP == cur.PSP {
+			if err := endAttempt(ctx, tx, c, cur, ended); err != nil {
+				return err
+			}
+		}
+		if err := updateAuthorization(ctx, tx, c); err != nil {
+			return err
+		}
+		return writeStatusEvent(ctx, tx, c)
 	}
-	if err := updateAuthorization(ctx, tx, c); err != nil {
+}
+
+// failOver moves a refused charge to its next PSP: a new attempt there,
+// recorded before anything is sent, and the charge's psp, in the
+// transaction that records the refusal; the run goes round the PSP call
+// again from charge_created.
+func failOver(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge], routes Routes, next string) error {
+	c := run.Object
+	from := c.current()
+	a := attempt{N: from.N + 1, PSP: next, Key: attemptKey(c.ID, from.N+1, false)}
+	fromPSP := from.PSP
+	if err := insertAttempt(ctx, tx, c, a); err != nil {
 		return err
 	}
-	return writeStatusEvent(ctx, tx, c)
+	c.PSP = next
+	if err := updateChargePSP(ctx, tx, c); err != nil {
+		return err
+	}
+	routes.CountFailover(fromPSP, next)
+	run.Again()
+	return nil
 }
 
 // response is the final answer for a charge the PSP has answered.

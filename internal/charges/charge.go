@@ -60,6 +60,9 @@ type Charge struct {
 
 	settlement      *settlement
 	amountRefunding int64 // the sum of the pending refunds
+	// attempts are the authorization's attempts, one per PSP, in order
+	// (attempts.go); loaded by the authorization only.
+	attempts []attempt
 }
 
 // chargeJSON is the charge object of the API.

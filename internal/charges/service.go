@@ -71,7 +71,13 @@ func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authoriz
 		return nil, err
 	}
 	s := &Service{pool: pool, keys: keys, psp: authorizer, engine: engine}
-	s.authorize = authorizeOperation(authorizer)
+	// Several PSPs (a *routing.Router) route and fail over; any other
+	// Authorizer is one PSP, named "default".
+	routes, ok := authorizer.(Routes)
+	if !ok {
+		routes = singleRoute{authorizer}
+	}
+	s.authorize = authorizeOperation(authorizer, routes)
 	phases.Register(engine, s.authorize)
 	// Capture, void and refund need a PSP that can do them; every real one
 	// (*psp.Client) can. A test's authorizer that cannot leaves them

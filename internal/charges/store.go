@@ -33,17 +33,17 @@ func scanCharge(row pgx.Row) (*Charge, error) {
 // even a bug that let two holders run this phase could not make two charges.
 const insertChargeSQL = `
 INSERT INTO charges (tenant_id, id, idempotency_key, idempotency_key_created_at,
-                     amount, currency, payment_method, description, metadata, status)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending')
+                     amount, currency, payment_method, description, metadata, status, psp)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10)
 RETURNING ` + chargeColumns
 
-func insertCharge(ctx context.Context, tx pgx.Tx, key idempotency.ID, id string, p CreateParams) (*Charge, error) {
+func insertCharge(ctx context.Context, tx pgx.Tx, key idempotency.ID, id, pspName string, p CreateParams) (*Charge, error) {
 	md := p.Metadata
 	if md == nil {
 		md = map[string]string{}
 	}
 	c, err := scanCharge(tx.QueryRow(ctx, insertChargeSQL, key.TenantID, id, key.Key, key.CreatedAt,
-		p.Amount, p.Currency, p.PaymentMethod, p.Description, md))
+		p.Amount, p.Currency, p.PaymentMethod, p.Description, md, pspName))
 	if err != nil {
 		return nil, fmt.Errorf("insert charge: %w", err)
 	}
@@ -74,12 +74,23 @@ func chargeByID(ctx context.Context, q idempotency.DBTX, tenantID int64, id stri
 
 const recordAuthorizationSQL = `
 UPDATE charges
-   SET status = $3, psp_reference = $4, decline_code = $5, failure_reason = $6, updated_at = phasepay_now()
+   SET status = $3, psp_reference = $4, decline_code = $5, failure_reason = $6, psp = $7, updated_at = phasepay_now()
  WHERE tenant_id = $1 AND id = $2`
 
 func updateAuthorization(ctx context.Context, tx pgx.Tx, c *Charge) error {
-	if _, err := tx.Exec(ctx, recordAuthorizationSQL, c.TenantID, c.ID, c.Status, c.PSPReference, c.DeclineCode, c.FailureReason); err != nil {
+	if _, err := tx.Exec(ctx, recordAuthorizationSQL, c.TenantID, c.ID, c.Status, c.PSPReference, c.DeclineCode, c.FailureReason, c.PSP); err != nil {
 		return fmt.Errorf("record authorization of %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// updateChargePSPSQL moves a pending charge to the PSP of its next attempt
+// (a failover), with that attempt's record.
+const updateChargePSPSQL = `UPDATE charges SET psp = $3, updated_at = phasepay_now() WHERE tenant_id = $1 AND id = $2`
+
+func updateChargePSP(ctx context.Context, tx pgx.Tx, c *Charge) error {
+	if _, err := tx.Exec(ctx, updateChargePSPSQL, c.TenantID, c.ID, c.PSP); err != nil {
+		return fmt.Errorf("move %s to %s: %w", c.ID, c.PSP, err)
 	}
 	return nil
 }

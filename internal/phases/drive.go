@@ -118,11 +118,17 @@ func step[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], 
 		}
 		run.Outcome = out
 	}
-	reached, err := commitTx(ctx, e, op, run, group)
+	from := *point
+	reached, err := commitTx(ctx, e, op, run, group, from)
 	if err != nil {
 		return err
 	}
 	*point = reached
+	if run.again {
+		// Committed at the same point (Run.Again): round the arrow again.
+		run.again = false
+		return e.crash(ctx, CrashAfter(from))
+	}
 	if group[0].To == idempotency.PointDone {
 		return nil
 	}
@@ -131,7 +137,7 @@ func step[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], 
 
 // commitTx commits group in a transaction of its own, loading the run's
 // object in it first if the run has none in hand.
-func commitTx[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], group []Arrow[S]) (reached idempotency.RecoveryPoint, err error) {
+func commitTx[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], group []Arrow[S], from idempotency.RecoveryPoint) (reached idempotency.RecoveryPoint, err error) {
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		first := group[0].To == op.Arrows[0].To
 		if first && run.ObjectID == "" && op.ObjectID != nil {
@@ -146,6 +152,14 @@ func commitTx[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[
 			run.Object, run.loaded = obj, true
 		}
 		reached, err = commitArrows(ctx, e, tx, run, group, true, first)
+		if err == nil && run.again {
+			// Run.Again: the key stays where it was, fenced all the same
+			// (an Advance to the group's last point may have run first).
+			if group[0].Call == nil {
+				return fmt.Errorf("key %q: Again from an arrow without a call", run.Lease.Record.Key)
+			}
+			reached, err = from, run.Lease.Advance(ctx, tx, from)
+		}
 		return err
 	})
 	return reached, err
@@ -180,6 +194,8 @@ func commitArrows[S any](ctx context.Context, e *Engine, tx pgx.Tx, run *Run[S],
 			}
 			run.loaded = true
 			switch {
+			case run.again:
+				return nil
 			case run.response != nil:
 				return lease.Finish(ctx, tx, *run.response)
 			case a.To == idempotency.PointDone:
@@ -188,8 +204,11 @@ func commitArrows[S any](ctx context.Context, e *Engine, tx pgx.Tx, run *Run[S],
 			return nil
 		})
 		if err != nil {
-			run.response = nil
+			run.response, run.again = nil, false
 			return "", err
+		}
+		if run.again {
+			return "", nil // commitTx fences the point the run stays at
 		}
 		if run.response != nil {
 			return idempotency.PointDone, nil

@@ -110,6 +110,7 @@ type Run[S any] struct {
 	Outcome psp.Outcome
 
 	loaded   bool
+	again    bool
 	response *idempotency.Response
 }
 
@@ -119,6 +120,15 @@ func (r *Run[S]) Request() idempotency.Canonical { return r.Lease.Record.Request
 // Finish ends the request with resp, stored for replay in the transaction
 // of the calling Commit.
 func (r *Run[S]) Finish(resp idempotency.Response) { r.response = &resp }
+
+// Again, called by the Commit of an arrow with a Call, keeps the run at the
+// recovery point before the arrow and makes the arrow's Call again: the
+// transaction commits the Commit's effects, fenced, without moving the key
+// (the arrows after it in the group do not run). It is how a charge moves
+// to its next PSP after a refusal: the refusal and the new attempt are
+// recorded together before anything is sent to the new PSP. The next Call
+// is Fresh: this very run committed the point it starts from.
+func (r *Run[S]) Again() { r.again = true }
 
 // match reports whether path matches pattern, {name} segments matching any
 // one non-empty segment.

@@ -6,6 +6,7 @@ package platform
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
 )
 
@@ -121,4 +123,19 @@ func PSPClient(baseURL string, tel *telemetry.Telemetry) (*psp.Client, error) {
 		BaseURL:    baseURL,
 		HTTPClient: psp.NewHTTPClient(transport),
 	})
+}
+
+// PSPRouter returns the Router over cfg's PSPs, each a PSPClient, with its
+// breakers and per-PSP metrics on tel. cfg's URLs must be real (a process
+// replaces routing.Embedded with its mock's URL first).
+func PSPRouter(cfg routing.Config, tel *telemetry.Telemetry, logger *slog.Logger) (*routing.Router, error) {
+	clients := map[string]routing.Client{}
+	for _, p := range cfg.PSPs {
+		c, err := PSPClient(p.URL, tel)
+		if err != nil {
+			return nil, fmt.Errorf("psp %s: %w", p.Name, err)
+		}
+		clients[p.Name] = c
+	}
+	return routing.New(cfg, clients, routing.Options{Logger: logger, MeterProvider: tel.Meter})
 }

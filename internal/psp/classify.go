@@ -145,6 +145,9 @@ type Outcome struct {
 	// FoundByLookup reports that Authorization came from a lookup by
 	// reference, after an unknown outcome, rather than from an answer.
 	FoundByLookup bool
+	// PSP names the PSP that gave the outcome, when a router chose among
+	// several (internal/routing); empty from a Client alone.
+	PSP string
 }
 
 // Declined reports whether the outcome is a decline: a final failure that

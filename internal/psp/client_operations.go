@@ -43,6 +43,9 @@ type OperationRequest struct {
 	// FirstSend: as AuthorizeRequest.FirstSend; false looks the reference
 	// up before the first send.
 	FirstSend bool `json:"-"`
+	// PSP names the PSP that holds the authorization, for a router among
+	// several (internal/routing); a Client ignores it.
+	PSP string `json:"-"`
 	// Authorization is the PSP's id of the authorization operated on.
 	Authorization string `json:"authorization"`
 	// Amount is in the currency's minor unit: required for captures and

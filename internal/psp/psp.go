@@ -45,6 +45,9 @@ type AuthorizeRequest struct {
 	// what keeps a resend after the PSP forgot the key from authorizing
 	// twice. The zero value is the safe one; it costs one lookup.
 	FirstSend bool `json:"-"`
+	// PSP names the PSP to send to when a router chooses among several
+	// (internal/routing); a Client sends to its own BaseURL and ignores it.
+	PSP string `json:"-"`
 	// Amount is a positive integer in the currency's minor unit.
 	Amount int64 `json:"amount"`
 	// Currency is a lower-case ISO 4217 code.

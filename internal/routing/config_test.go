@@ -1,0 +1,83 @@
+package routing_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/routing"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestFromEnv(t *testing.T) {
+	t.Parallel()
+	c, err := routing.FromEnv(env(map[string]string{
+		"PSPS":        "primary=http://127.0.0.1:1,secondary=http://127.0.0.1:2",
+		"PSP_ROUTING": "usd:primary>secondary,*:secondary",
+	}))
+	require.NoError(t, err)
+	require.False(t, c.Single)
+	require.Equal(t, []string{"primary", "secondary"}, c.Route("usd"))
+	require.Equal(t, []string{"secondary"}, c.Route("eur"))
+
+	c, err = routing.FromEnv(env(map[string]string{"PSP_URL": "embedded"}))
+	require.NoError(t, err)
+	require.True(t, c.Single)
+	require.Equal(t, []routing.PSP{{Name: "default", URL: "embedded"}}, c.PSPs)
+
+	c, err = routing.FromEnv(env(map[string]string{"PSPS": "a=http://x,b=http://y"}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, c.Route("usd"), "without PSP_ROUTING: PSPS's order")
+
+	for _, tt := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"PSP_URL": "http://x", "PSPS": "a=http://y"}, "PSP_URL and PSPS are both set"},
+		{map[string]string{"PSP_URL": "ftp://x"}, "PSP_URL:"},
+		{map[string]string{"PSPS": "a=http://x,a=http://y"}, `PSPS: name "a" appears twice`},
+		{map[string]string{"PSPS": "a=nope"}, `PSPS: a: "nope" is not an http(s) URL`},
+		{map[string]string{"PSPS": "a"}, "PSPS:"},
+		{map[string]string{"PSPS": "a=http://x", "PSP_ROUTING": "usd:a"}, "PSP_ROUTING: no route for *"},
+		{map[string]string{"PSPS": "a=http://x", "PSP_ROUTING": "*:b"}, `unknown PSP "b"`},
+		{map[string]string{"PSPS": "a=http://x", "PSP_ROUTING": "*:a>a"}, `PSP "a" appears twice`},
+		{map[string]string{"PSPS": "a=http://x", "PSP_ROUTING": "USD:a,*:a"}, "PSP_ROUTING:"},
+		{map[string]string{"PSP_ROUTING": "*:a"}, "PSP_ROUTING is set without PSPS"},
+		{map[string]string{"PSP_URL": "http://x", "PSP_BREAKER_THRESHOLD": "0"}, "PSP_BREAKER_THRESHOLD"},
+	} {
+		_, err := routing.FromEnv(env(tt.env))
+		require.Error(t, err, "%v", tt.env)
+		require.Contains(t, err.Error(), tt.want)
+		require.NotContains(t, err.Error(), "\n", "one line")
+		require.False(t, strings.HasSuffix(err.Error(), "."))
+	}
+}
+
+func TestBreaker(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(0, 0)
+	var changes []string
+	b := routing.NewBreaker(2, time.Second, func() time.Time { return now }, func(_, to routing.State) { changes = append(changes, to.String()) })
+	require.True(t, b.Allow())
+	b.Record(psp.ClassUnknown)
+	b.Record(psp.ClassSuccess) // an answer resets the count
+	b.Record(psp.ClassUnknown)
+	require.Equal(t, routing.Closed, b.State())
+	b.Record(psp.ClassBusy)
+	require.Equal(t, routing.Open, b.State())
+	require.False(t, b.Allow())
+	now = now.Add(time.Second)
+	require.True(t, b.Allow(), "the probe")
+	require.False(t, b.Allow(), "one probe per cool-down")
+	b.Record(psp.ClassUnknown)
+	require.Equal(t, routing.Open, b.State())
+	now = now.Add(time.Second)
+	require.True(t, b.Allow())
+	b.Record(psp.ClassFinalFailure)
+	require.Equal(t, routing.Closed, b.State())
+	require.Equal(t, []string{"open", "half_open", "open", "half_open", "closed"}, changes)
+}
