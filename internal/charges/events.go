@@ -15,6 +15,14 @@ var chargeEventTypes = map[Status]events.Type{
 	StatusAuthorized: events.ChargeAuthorized,
 	StatusDeclined:   events.ChargeDeclined,
 	StatusFailed:     events.ChargeFailed,
+	StatusCaptured:   events.ChargeCaptured,
+	StatusVoided:     events.ChargeVoided,
+}
+
+// refundEventTypes names the event each end of a refund writes.
+var refundEventTypes = map[RefundStatus]events.Type{
+	RefundSucceeded: events.RefundSucceeded,
+	RefundFailed:    events.RefundFailed,
 }
 
 // writeStatusEvent records the event of c's new status in tx, the
@@ -30,5 +38,20 @@ func writeStatusEvent(ctx context.Context, tx pgx.Tx, c *Charge) error {
 		return err
 	}
 	_, err = events.Write(ctx, tx, c.TenantID, typ, obj)
+	return err
+}
+
+// writeRefundEvent records the event of r's end (refund.succeeded or
+// .failed) in tx, the transaction that ends the refund.
+func writeRefundEvent(ctx context.Context, tx pgx.Tx, r *Refund) error {
+	typ, ok := refundEventTypes[r.Status]
+	if !ok {
+		return fmt.Errorf("refund %s: no event for status %q", r.ID, r.Status)
+	}
+	obj, err := r.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	_, err = events.Write(ctx, tx, r.TenantID, typ, obj)
 	return err
 }

@@ -11,29 +11,59 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/charges/chargestest"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
+// chargeHistory is the statuses a charge in each status has moved
+// through since pending, each of which wrote one event, in order.
+var chargeHistory = map[string][]string{
+	"pending":    nil,
+	"authorized": {"authorized"},
+	"declined":   {"declined"},
+	"failed":     {"failed"},
+	"captured":   {"authorized", "captured"},
+	"voided":     {"authorized", "voided"},
+}
+
 // requireEventsMatchStatuses checks the outbox invariant on everything
-// committed: a charge that left pending has exactly one event, of its
-// status and showing that status; a pending charge has none; no event
-// names a charge that does not exist; a needs_attention key has exactly
-// one request.needs_attention event and no other key has one.
+// committed: a charge has exactly one event per status it moved to (see
+// chargeHistory), of that status and showing it, and a pending charge has
+// none; a refund that ended has exactly one event, of its end, and a
+// pending refund none; no event names a charge or refund that does not
+// exist; a needs_attention key has exactly one request.needs_attention
+// event and no other key has one.
 func requireEventsMatchStatuses(t *testing.T, b *chargestest.Bundle) {
 	t.Helper()
 	ctx := context.Background()
-	statuses := map[string]string{}
+	type seen struct{ typ, status string }
+	expected := map[string][]seen{}
 	rows, err := b.Pool.Query(ctx, `SELECT id, status FROM charges WHERE tenant_id = $1`, b.Tenant)
 	require.NoError(t, err)
 	for rows.Next() {
 		var id, status string
 		require.NoError(t, rows.Scan(&id, &status))
-		statuses[id] = status
+		history, ok := chargeHistory[status]
+		require.True(t, ok, "charge %s has unknown status %q", id, status)
+		expected[id] = []seen{}
+		for _, s := range history {
+			expected[id] = append(expected[id], seen{"charge." + s, s})
+		}
+	}
+	require.NoError(t, rows.Err())
+	rows, err = b.Pool.Query(ctx, `SELECT id, status FROM refunds WHERE tenant_id = $1`, b.Tenant)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id, status string
+		require.NoError(t, rows.Scan(&id, &status))
+		expected[id] = []seen{}
+		if status != string(charges.RefundPending) {
+			expected[id] = []seen{{"refund." + status, status}}
+		}
 	}
 	require.NoError(t, rows.Err())
 
-	type seen struct{ typ, status string }
-	byCharge := map[string][]seen{}
+	byObject := map[string][]seen{}
 	byKey := map[string]int{}
 	rows, err = b.Pool.Query(ctx, `
 		SELECT type, convert_from(body, 'UTF8')::jsonb #>> '{data,object,id}',
@@ -52,20 +82,18 @@ func requireEventsMatchStatuses(t *testing.T, b *chargestest.Bundle) {
 			byKey[key]++
 			continue
 		}
-		byCharge[id] = append(byCharge[id], seen{typ, status})
+		byObject[id] = append(byObject[id], seen{typ, status})
 	}
 	require.NoError(t, rows.Err())
 
-	for id := range byCharge {
-		_, ok := statuses[id]
-		require.True(t, ok, "event for charge %s, which does not exist", id)
+	for id := range byObject {
+		_, ok := expected[id]
+		require.True(t, ok, "event for %s, which does not exist", id)
 	}
-	for id, status := range statuses {
-		if status == string(charges.StatusPending) {
-			require.Empty(t, byCharge[id], "pending charge %s has an event", id)
-			continue
-		}
-		require.Equal(t, []seen{{"charge." + status, status}}, byCharge[id], "charge %s is %s", id, status)
+	for id, want := range expected {
+		// Compared as sets: the tests pin the database clock, so created_at
+		// cannot order one object's events.
+		require.ElementsMatch(t, want, byObject[id], "events of %s", id)
 	}
 
 	attention := map[string]bool{}
@@ -87,10 +115,12 @@ func requireEventsMatchStatuses(t *testing.T, b *chargestest.Bundle) {
 
 // Every status change commits with its event and no event commits without
 // its change: a worker killed at every crash point, in both commit modes,
-// for an authorization, a decline and a refusal, leaves the invariant
-// true, and so does the takeover that finishes the request.
+// for an authorization, a decline and a refusal, and for a capture, a void
+// and a refund each succeeding or refused, leaves the invariant true, and
+// so does the takeover that finishes the request.
 func TestNoStatusChangeWithoutItsEvent(t *testing.T) {
 	t.Parallel()
+	t.Run("operations", testOperationEventsAtEveryCrashPoint)
 	points := map[bool][]charges.CrashPoint{
 		false: {"", charges.CrashAfterClaim, charges.CrashAfterPSPCall, charges.CrashAfterPSPAuthorized},
 		true:  {"", charges.CrashAfterClaim, charges.CrashAfterChargeCreated, charges.CrashAfterPSPCall, charges.CrashAfterPSPAuthorized},
@@ -129,6 +159,102 @@ func TestNoStatusChangeWithoutItsEvent(t *testing.T) {
 					ids := b.ChargeIDs(t, "k")
 					require.Len(t, ids, 1)
 				})
+			}
+		}
+	}
+}
+
+// operationCrashPoints are the crash points of capture, void and refund
+// ("" for no crash).
+var operationCrashPoints = map[string][]phases.CrashPoint{
+	"capture": {"", phases.CrashAfterClaim, phases.CrashAfter(charges.PointCaptureStarted), phases.CrashAfterPSPCall, phases.CrashAfter(charges.PointPSPCaptured)},
+	"void":    {"", phases.CrashAfterClaim, phases.CrashAfter(charges.PointVoidStarted), phases.CrashAfterPSPCall, phases.CrashAfter(charges.PointPSPVoided)},
+	"refund":  {"", phases.CrashAfterClaim, phases.CrashAfter(charges.PointRefundCreated), phases.CrashAfterPSPCall, phases.CrashAfter(charges.PointPSPRefunded)},
+}
+
+// runOperation runs the operation named op on charge id under key "op":
+// a capture of 600, a void, or a refund of 400.
+func runOperation(t *testing.T, b *chargestest.Bundle, s *charges.Service, op, id string) (charges.Result, error) {
+	t.Helper()
+	ctx := context.Background()
+	switch op {
+	case "capture":
+		req, err := charges.ParseCaptureRequest(id, []byte(`{"amount":600}`))
+		require.NoError(t, err)
+		return s.Capture(ctx, b.Tenant, "op", req)
+	case "void":
+		req, err := charges.ParseVoidRequest(id, []byte(`{}`))
+		require.NoError(t, err)
+		return s.Void(ctx, b.Tenant, "op", req)
+	}
+	req, _, err := charges.ParseRefundRequest(fmt.Appendf(nil, `{"charge":%q,"amount":400}`, id))
+	require.NoError(t, err)
+	return s.Refund(ctx, b.Tenant, "op", req)
+}
+
+// testOperationEventsAtEveryCrashPoint is TestNoStatusChangeWithoutItsEvent
+// for capture, void and refund: charge.captured, charge.voided,
+// refund.succeeded and refund.failed commit exactly with their change, and a
+// refused capture or void (no change) writes nothing.
+func testOperationEventsAtEveryCrashPoint(t *testing.T) {
+	t.Parallel()
+	for _, op := range []string{"capture", "void", "refund"} {
+		for _, oneCommit := range []bool{false, true} {
+			for _, at := range operationCrashPoints[op] {
+				for _, refused := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s/one_commit=%v/%s/refused=%v", op, oneCommit, at, refused), func(t *testing.T) {
+						t.Parallel()
+						ctx := context.Background()
+						b := setup(t)
+						svc := b.Service(t, 0, charges.Config{})
+						id := authorized(t, b, svc)
+						if op == "refund" {
+							req, err := charges.ParseCaptureRequest(id, []byte(`{}`))
+							require.NoError(t, err)
+							_, err = svc.Capture(ctx, b.Tenant, "cap", req)
+							require.NoError(t, err)
+						}
+						if refused {
+							require.NoError(t, b.Mock.SetFaults(psp.Faults{RejectRate: 1}))
+						}
+						cfg := charges.Config{OneCommitPerPhase: oneCommit}
+						if at != "" {
+							cfg.CrashHook = chargestest.CrashAt(at)
+						}
+						_, err := runOperation(t, b, b.Service(t, 0, cfg), op, id)
+						if at != "" && err != nil {
+							require.ErrorIs(t, err, chargestest.ErrCrash)
+						}
+						requireEventsMatchStatuses(t, b)
+
+						res, err := runOperation(t, b, b.Service(t, b.Keys.Lease()+time.Second, charges.Config{OneCommitPerPhase: oneCommit}), op, id)
+						require.NoError(t, err)
+						want := map[bool][]int{false: {200, 201}, true: {402}}[refused]
+						require.Contains(t, want, res.Response.Status, string(res.Response.Body))
+						state, _, _ := b.KeyState(t, "op")
+						require.Equal(t, "done", state)
+						requireEventsMatchStatuses(t, b)
+
+						c, err := svc.Get(ctx, b.Tenant, id)
+						require.NoError(t, err)
+						wantStatus := map[string]charges.Status{"capture": charges.StatusCaptured, "void": charges.StatusVoided, "refund": charges.StatusCaptured}[op]
+						if refused && op != "refund" {
+							wantStatus = charges.StatusAuthorized
+						}
+						require.Equal(t, wantStatus, c.Status)
+						var n int
+						require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE tenant_id = $1 AND type = ANY($2)`,
+							b.Tenant, []string{"charge.captured", "charge.voided", "refund.succeeded", "refund.failed"}).Scan(&n))
+						wantEvents := 1
+						if refused && op != "refund" {
+							wantEvents = 0
+						}
+						if op == "refund" {
+							wantEvents = 2 // the capture before it, and the refund's end
+						}
+						require.Equal(t, wantEvents, n)
+					})
+				}
 			}
 		}
 	}

@@ -129,8 +129,9 @@ func refundCall(o Operator) func(context.Context, *phases.Run[*Refund]) (psp.Out
 	}
 }
 
-// recordRefund is refund_created → psp_refunded: the refund's end, and the
-// reservation on the charge turned into a refund or released.
+// recordRefund is refund_created → psp_refunded: the refund's end, the
+// reservation on the charge turned into a refund or released, and the
+// event (refund.succeeded or .failed) in the same transaction.
 func recordRefund(ctx context.Context, tx pgx.Tx, run *phases.Run[*Refund]) error {
 	r, out := run.Object, run.Outcome
 	if out.Class == psp.ClassSuccess {
@@ -139,7 +140,10 @@ func recordRefund(ctx context.Context, tx pgx.Tx, run *phases.Run[*Refund]) erro
 		reason := cmp.Or(out.Reason, "refused by the payment service provider")
 		r.Status, r.failureReason = RefundFailed, &reason
 	}
-	return updateRefund(ctx, tx, r)
+	if err := updateRefund(ctx, tx, r); err != nil {
+		return err
+	}
+	return writeRefundEvent(ctx, tx, r)
 }
 
 // answerRefund is psp_refunded → done: 201 with the refund, or 402.

@@ -114,9 +114,16 @@ UPDATE charges c
        updated_at = phasepay_now()
   FROM r WHERE c.tenant_id = r.tenant_id AND c.id = r.charge_id`
 
+// updateRefund fails when the refund was not pending: its arrow is fenced
+// and commits once, so that would be a second end, which must not write a
+// second event (no event without its change).
 func updateRefund(ctx context.Context, tx pgx.Tx, r *Refund) error {
-	if _, err := tx.Exec(ctx, updateRefundSQL, r.TenantID, r.ID, string(r.Status), r.PSPReference, r.failureReason); err != nil {
+	tag, err := tx.Exec(ctx, updateRefundSQL, r.TenantID, r.ID, string(r.Status), r.PSPReference, r.failureReason)
+	if err != nil {
 		return fmt.Errorf("record refund %s: %w", r.ID, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("record refund %s: it is no longer pending", r.ID)
 	}
 	return nil
 }

@@ -122,8 +122,9 @@ UPDATE charges
    SET status = $3, amount_captured = $4, settlement = CASE WHEN $5 THEN settlement END, updated_at = phasepay_now()
  WHERE tenant_id = $1 AND id = $2`
 
-// recordSettlement is the arrow after a capture's or void's PSP call. A
-// refusal ends the request at once with 402 payment_failed.
+// recordSettlement is the arrow after a capture's or void's PSP call, and
+// on success its event in the same transaction. A refusal ends the request
+// at once with 402 payment_failed.
 func recordSettlement(success Status) func(context.Context, pgx.Tx, *phases.Run[*Charge]) error {
 	return func(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
 		c, out := run.Object, run.Outcome
@@ -139,8 +140,9 @@ func recordSettlement(success Status) func(context.Context, pgx.Tx, *phases.Run[
 		}
 		if !ok {
 			run.Finish(failure(c.ID, out.Reason))
+			return nil // the status did not change: no event
 		}
-		return nil
+		return writeStatusEvent(ctx, tx, c) // charge.captured or .voided, with the change
 	}
 }
 
