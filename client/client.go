@@ -16,6 +16,9 @@
 //	case errors.Is(err, client.ErrUnresolved):    // unknown until an operator acts
 //	case errors.Is(err, client.ErrGaveUp):        // unknown: ResumePending later
 //	}
+//	ch, err = c.Capture(ctx, ch.ID, client.CaptureParams{})              // all of it
+//	rf, err := c.Refund(ctx, client.RefundParams{Charge: ch.ID, Amount: &n}) // part of it
+//	for ch, err := range c.ListCharges(ctx, client.ListParams{Limit: 100}) { … }
 package client
 
 import (
@@ -76,7 +79,8 @@ type Config struct {
 	// under the client's lock, so it needs no locking of its own. Tests
 	// pass a seeded source to make runs repeatable.
 	Rand mrand.Source
-	// OnAttempt, if set, is called after every attempt of a charge, with
+	// OnAttempt, if set, is called after every attempt of an intent (a
+	// charge, capture, void or refund), with
 	// the attempt number (from 1), the HTTP status (0 when no answer
 	// arrived) and the attempt's error (nil on success). It is called from
 	// the goroutine making the call, so it must be safe for concurrent use

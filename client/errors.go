@@ -96,8 +96,9 @@ type Problem struct {
 	Detail   string `json:"detail"`
 	Instance string `json:"instance,omitempty"`
 	Code     string `json:"code"`
-	// Charge is the id of the charge the request created, when the body is
-	// a problem (card_declined, payment_failed, psp_unavailable).
+	// Charge is the id of the charge the request created or acted on,
+	// when the body is a problem (card_declined, payment_failed,
+	// psp_unavailable, charge_pending, charge_not_capturable, ...).
 	Charge string `json:"charge,omitempty"`
 	// RequestID finds the request in the server's logs.
 	RequestID string `json:"request_id,omitempty"`
