@@ -248,8 +248,12 @@ func (c *Client) execute(ctx context.Context, in Intent) (r Result, settled bool
 	r.Intent = in
 	u, body, err := c.request(in)
 	if err != nil {
+		// Do refuses such an intent before journaling it, so this one was
+		// journaled by another version or by hand (an op this version does
+		// not know): it stays, reported on every resume, rather than be
+		// dropped unsent.
 		r.Err = err
-		return r, true
+		return r, false
 	}
 	var into answer
 	if in.op() == OpRefund {

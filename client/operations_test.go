@@ -326,3 +326,24 @@ func TestExecuteRefusesRefundIntent(t *testing.T) {
 	_, err := c.Execute(context.Background(), NewRefundIntent(RefundParams{Charge: "ch_1"}))
 	require.ErrorContains(t, err, "use Do")
 }
+
+// TestResumeKeepsAnIntentItCannotSend: an intent of an op this version
+// does not know (journaled by a newer one) is reported, never sent, and
+// stays journaled rather than being dropped.
+func TestResumeKeepsAnIntentItCannotSend(t *testing.T) {
+	t.Parallel()
+	journal := NewMemoryJournal()
+	require.NoError(t, journal.Put(Intent{Key: "k-future", Op: "dispute", ChargeID: "ch_1"}))
+	api := newFakeAPI(t, nil, func(w http.ResponseWriter, _ *http.Request, _ int) {
+		writeProblem(w, http.StatusInternalServerError, "internal", "", 0, nil)
+	})
+	c := newTestClient(t, api.srv.URL, func(cfg *Config) { cfg.Journal = journal })
+	results, err := c.ResumePending(context.Background())
+	require.NoError(t, err)
+	require.Len(t, results, 1)
+	require.ErrorContains(t, results[0].Err, `unknown op "dispute"`)
+	require.Empty(t, api.requests())
+	require.True(t, journal.Has("k-future"))
+	require.ErrorContains(t, c.Do(context.Background(), Intent{Key: "k-2", Op: "dispute"}).Err, "unknown op")
+	require.False(t, journal.Has("k-2"), "Do refuses it before journaling")
+}
