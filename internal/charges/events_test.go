@@ -13,6 +13,7 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
 // chargeHistory is the statuses a charge in each status has moved
@@ -285,4 +286,60 @@ func TestNeedsAttentionWritesItsEvent(t *testing.T) {
 	var body string
 	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT convert_from(body, 'UTF8') FROM events WHERE type = 'request.needs_attention'`).Scan(&body))
 	require.Contains(t, body, `"object":{"object":"idempotency_key","key":"k","endpoint":"POST /v1/charges","state":"needs_attention"`)
+}
+
+// An endpoint subscribed to the capture, void and refund events gets a
+// delivery queued for each of them, in their transactions, and one
+// subscribed to charge.authorized alone gets none of them.
+func TestOperationEventsReachSubscribedEndpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	types, err := webhooks.ValidateEvents([]string{"charge.captured", "charge.voided", "refund.succeeded", "refund.failed"})
+	require.NoError(t, err)
+	ops, err := webhooks.Create(ctx, b.Pool, b.Tenant, "https://example.com/ops", types)
+	require.NoError(t, err)
+	auth, err := webhooks.Create(ctx, b.Pool, b.Tenant, "https://example.com/auth", []string{"charge.authorized"})
+	require.NoError(t, err)
+
+	svc := b.Service(t, 0, charges.Config{})
+	captured := authorized(t, b, svc)
+	req, params := chargestest.Request(t, visa)
+	res, err := svc.Create(ctx, b.Tenant, "auth2", req, params)
+	require.NoError(t, err)
+	voided := chargeID(t, res.Response)
+	res, err = runOperation(t, b, svc, "capture", captured)
+	require.NoError(t, err)
+	require.Equal(t, 200, res.Response.Status)
+	vreq, err := charges.ParseVoidRequest(voided, []byte(`{}`))
+	require.NoError(t, err)
+	res, err = svc.Void(ctx, b.Tenant, "void", vreq)
+	require.NoError(t, err)
+	require.Equal(t, 200, res.Response.Status)
+	rreq, _, err := charges.ParseRefundRequest(fmt.Appendf(nil, `{"charge":%q,"amount":100}`, captured))
+	require.NoError(t, err)
+	res, err = svc.Refund(ctx, b.Tenant, "refund", rreq)
+	require.NoError(t, err)
+	require.Equal(t, 201, res.Response.Status)
+	require.NoError(t, b.Mock.SetFaults(psp.Faults{RejectRate: 1}))
+	res, err = svc.Refund(ctx, b.Tenant, "refund2", rreq)
+	require.NoError(t, err)
+	require.Equal(t, 402, res.Response.Status)
+
+	queued := func(endpoint string) []string {
+		rows, err := b.Pool.Query(ctx, `
+			SELECT e.type FROM webhook_deliveries d JOIN events e ON e.tenant_id = d.tenant_id AND e.id = d.event_id
+			 WHERE d.tenant_id = $1 AND d.endpoint_id = $2`, b.Tenant, endpoint)
+		require.NoError(t, err)
+		var out []string
+		for rows.Next() {
+			var typ string
+			require.NoError(t, rows.Scan(&typ))
+			out = append(out, typ)
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	require.ElementsMatch(t, []string{"charge.captured", "charge.voided", "refund.succeeded", "refund.failed"}, queued(ops.ID))
+	require.ElementsMatch(t, []string{"charge.authorized", "charge.authorized"}, queued(auth.ID))
 }
