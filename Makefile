@@ -49,7 +49,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/jsonbody
 	$(GO) test -run '^$$' -fuzz '^FuzzEqualFingerprintsParseToEqualParams$$' -fuzztime $(FUZZTIME) ./internal/charges
 
-## chaos: the long chaos run: 2,000 intents, workers killed and frozen under PSP faults (final failures, lost answers after a 2s key TTL, failed lookups, outages), PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432)
+## chaos: the long chaos run: 2,000 intents living whole payment lives (capture, refunds, void) and a webhook sink with its own faults, workers killed and frozen under PSP faults (final failures, lost answers after a 2s key TTL, failed lookups, outages), PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432)
 CHAOS_SEED ?= 1
 CHAOS_DB_RESTARTS ?= 3
 chaos: pg
