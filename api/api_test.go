@@ -51,7 +51,13 @@ func TestContractOperationsDocumented(t *testing.T) {
 	}
 	want := []operation{
 		{"POST", "/v1/charges", []int{201, 400, 401, 402, 405, 409, 413, 415, 422, 500, 503}, true},
+		{"GET", "/v1/charges", []int{200, 400, 401, 404, 405, 500, 503}, true},
 		{"GET", "/v1/charges/{id}", []int{200, 401, 404, 405, 500, 503}, true},
+		{"POST", "/v1/charges/{id}/capture", []int{200, 400, 401, 402, 404, 405, 409, 413, 415, 422, 500, 503}, true},
+		{"POST", "/v1/charges/{id}/void", []int{200, 400, 401, 402, 404, 405, 409, 413, 415, 422, 500, 503}, true},
+		{"POST", "/v1/refunds", []int{201, 400, 401, 402, 404, 405, 409, 413, 415, 422, 500, 503}, true},
+		{"GET", "/v1/refunds", []int{200, 400, 401, 404, 405, 500, 503}, true},
+		{"GET", "/v1/refunds/{id}", []int{200, 401, 404, 405, 500, 503}, true},
 		{"GET", "/v1/idempotency_keys", []int{200, 400, 401, 404, 405, 500, 503}, true},
 		{"GET", "/v1/idempotency_keys/{key}", []int{200, 401, 404, 405, 500, 503}, true},
 		{"GET", "/v1/events", []int{200, 400, 401, 404, 405, 500, 503}, true},

@@ -22,6 +22,9 @@ const chargeJSON = `{
 	"currency": "usd",
 	"payment_method": "pm_card_visa",
 	"status": "authorized",
+	"amount_captured": 0,
+	"amount_refunded": 0,
+	"psp": "default",
 	"psp_reference": "auth_01J9Z6Q6H5C2Y8R1D4F7G0J3KL",
 	"description": null,
 	"metadata": {},
@@ -171,7 +174,7 @@ func TestCheckRejects(t *testing.T) {
 			with(problemCT, "Retry-After", "Fri, 31 Jan 2025 12:00:00 GMT"),
 			problem(409, "idempotency_key_in_use", ""), "Retry-After"},
 		{"empty body", "GET", "/v1/charges/ch_1", 200, http.Header{}, "", "Content-Type"},
-		{"unknown path", "GET", "/v1/refunds", 200, jsonCT, "{}", "not in openapi.yaml"},
+		{"unknown path", "GET", "/v1/payouts", 200, jsonCT, "{}", "not in openapi.yaml"},
 		{"method not allowed", "DELETE", "/v1/charges/ch_1", 204, nil, "", "not in openapi.yaml"},
 	}
 	for _, tt := range tests {

@@ -124,3 +124,20 @@ func (s *server) getCharge(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(append(body, '\n'))
 }
+
+// listCharges serves GET /v1/charges, newest first (see charges.List for
+// why its pages stay stable while charges are created).
+func (s *server) listCharges(w http.ResponseWriter, r *http.Request) {
+	tenant, _ := tenants.FromContext(r.Context())
+	p, err := parseListParams(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	cs, err := s.cfg.Charges.List(r.Context(), tenant.ID, p.StartingAfter, p.Limit+1)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeList(w, "/v1/charges", cs, p.Limit)
+}

@@ -29,3 +29,21 @@ func (s *server) getRefund(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, ref)
 }
+
+// listRefunds serves GET /v1/refunds?charge=ch_…, newest first: the refunds
+// of one charge, or all of the tenant's without charge. Another tenant's
+// charge answers 404, as an unknown one.
+func (s *server) listRefunds(w http.ResponseWriter, r *http.Request) {
+	tenant, _ := tenants.FromContext(r.Context())
+	p, err := parseListParams(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	rs, err := s.cfg.Charges.ListRefunds(r.Context(), tenant.ID, r.URL.Query().Get("charge"), p.StartingAfter, p.Limit+1)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeList(w, "/v1/refunds", rs, p.Limit)
+}

@@ -119,10 +119,12 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.authenticate, limitBody)
 		r.Post("/charges", s.createCharge)
+		r.Get("/charges", s.listCharges)
 		r.Get("/charges/{id}", s.getCharge)
 		r.Post("/charges/{id}/capture", s.captureCharge)
 		r.Post("/charges/{id}/void", s.voidCharge)
 		r.Post("/refunds", s.createRefund)
+		r.Get("/refunds", s.listRefunds)
 		r.Get("/refunds/{id}", s.getRefund)
 		r.Get("/idempotency_keys", s.listKeys)
 		r.Get("/idempotency_keys/*", s.getKey)
