@@ -96,6 +96,8 @@ type opDriver struct {
 	maxElapsed time.Duration
 	rnd        *lockedRand
 	attempts   atomic.Int64
+	lives      chan struct{} // a slot per life running beside the authorizations
+	running    sync.WaitGroup
 }
 
 type lockedRand struct {
@@ -111,8 +113,28 @@ func (l *lockedRand) durationN(d time.Duration) time.Duration {
 
 func newOpDriver(rt http.RoundTripper, apiKey string, cfg *Config) *opDriver {
 	return &opDriver{hc: &http.Client{Transport: rt, Timeout: 5 * time.Second}, apiKey: apiKey,
-		maxElapsed: cfg.MaxElapsed, rnd: &lockedRand{r: rand.New(rand.NewPCG(cfg.Seed, 2))}}
+		maxElapsed: cfg.MaxElapsed, rnd: &lockedRand{r: rand.New(rand.NewPCG(cfg.Seed, 2))},
+		lives: make(chan struct{}, cfg.Concurrency)}
 }
+
+// goLive runs the life of an authorized intent beside the next intents'
+// authorizations (at most Concurrency lives at once, so captures, voids
+// and refunds are in flight among the authorizations when workers die),
+// and calls done when it has ended; at once for an intent not authorized.
+func (d *opDriver) goLive(ctx context.Context, it *intent, done func()) {
+	if it.life == nil || it.status != http.StatusCreated {
+		done()
+		return
+	}
+	d.lives <- struct{}{}
+	d.running.Go(func() {
+		defer func() { <-d.lives; done() }()
+		d.live(ctx, it)
+	})
+}
+
+// wait returns when every life started has ended.
+func (d *opDriver) wait() { d.running.Wait() }
 
 // live runs the life of an authorized intent (nothing for any other end).
 func (d *opDriver) live(ctx context.Context, it *intent) {
