@@ -42,6 +42,12 @@ type pspOp struct {
 	Authorization string `json:"authorization"`
 }
 
+// dbRefund is a refund as the database holds it.
+type dbRefund struct {
+	charge, status string
+	amount         int64
+}
+
 // dbCharge is a charge's money as the database holds it.
 type dbCharge struct {
 	status                      string
@@ -77,10 +83,6 @@ func checkBooks(ctx context.Context, pool *pgxpool.Pool, pspURL string, st *Life
 		books[kind] = l.Data
 	}
 	st.PSPCaptures, st.PSPVoids, st.PSPRefunds = len(books["captures"]), len(books["voids"]), len(books["refunds"])
-	chargeOfAuth := map[string]string{}
-	for _, a := range books["authorizations"] {
-		chargeOfAuth[a.ID] = a.Reference
-	}
 
 	charges := map[string]*dbCharge{}
 	rows, err := pool.Query(ctx, booksSQL)
@@ -99,10 +101,7 @@ func checkBooks(ctx context.Context, pool *pgxpool.Pool, pspURL string, st *Life
 		charges[id] = &c
 	}
 	rows.Close()
-	refunds := map[string]struct {
-		charge, status string
-		amount         int64
-	}{}
+	refunds := map[string]dbRefund{}
 	rows, err = pool.Query(ctx, refundsSQL)
 	if err != nil {
 		return fmt.Errorf("books: %w", err)
@@ -114,17 +113,26 @@ func checkBooks(ctx context.Context, pool *pgxpool.Pool, pspURL string, st *Life
 			rows.Close()
 			return fmt.Errorf("books: %w", err)
 		}
-		refunds[id] = struct {
-			charge, status string
-			amount         int64
-		}{charge, status, amount}
+		refunds[id] = dbRefund{charge, status, amount}
 	}
 	rows.Close()
 	unresolved, err := unresolvedCharges(ctx, pool)
 	if err != nil {
 		return err
 	}
+	compareBooks(books, charges, refunds, unresolved, violate)
+	return nil
+}
 
+// compareBooks is checkBooks on what it read: the mock's books by kind
+// (authorizations, captures, voids, refunds), phasepay's charges and
+// refunds by id, and the charges' operations without an end.
+func compareBooks(books map[string][]pspOp, charges map[string]*dbCharge, refunds map[string]dbRefund,
+	unresolved map[string]openOps, violate func(string, ...any)) {
+	chargeOfAuth := map[string]string{}
+	for _, a := range books["authorizations"] {
+		chargeOfAuth[a.ID] = a.Reference
+	}
 	type totals struct{ captures, voids, captured, refunded int64 }
 	psp := map[string]*totals{}
 	at := func(charge string) *totals {
@@ -206,7 +214,6 @@ func checkBooks(ctx context.Context, pool *pgxpool.Pool, pspURL string, st *Life
 			violate("books: the PSP operated on %q, which is no charge of phasepay's", id)
 		}
 	}
-	return nil
 }
 
 // openOps says which operations of a charge have no end yet.
