@@ -88,6 +88,10 @@ type Results struct {
 	DropImpact              DropImpact       `json:"drop_impact"`
 	TenantFKs               TenantFKs        `json:"tenant_foreign_keys"`
 	Targets                 []Target         `json:"targets"`
+	// Captures and Refunds are the throughput of those operations per
+	// level, each request on a charge of its own (see operations).
+	Captures []LoadResult `json:"captures"`
+	Refunds  []LoadResult `json:"refunds"`
 }
 
 // Baselines are pgbench's numbers per level.
@@ -197,6 +201,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		{"commits per new charge", e.commits},
 		{"round trips per new charge and replay", e.roundTrips},
 		{"new charges, replays, 409s (alternating with bare baselines)", e.loads},
+		{"captures and refunds", e.operations},
 		{"instrumentation overhead (alternating on/off)", e.instrumentation},
 		{"tenant foreign keys (alternating with/without)", e.tenantFKs},
 		{"claim by partition count", e.claimByPartitions},

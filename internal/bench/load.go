@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -56,6 +57,16 @@ type request struct {
 // answers with status want.
 func load(ctx context.Context, hc *http.Client, base, apiKey string, clients int, dur time.Duration, want int,
 	next func(worker, i int) request, onOK func(request)) LoadResult {
+	return loadAt(ctx, hc, base, "/v1/charges", apiKey, clients, dur, want, func(w, i int) (string, request, bool) {
+		return "", next(w, i), true
+	}, onOK)
+}
+
+// loadAt is load for any POST: next also gives the request's path (path
+// when empty), and false when the worker has nothing more to send, which
+// ends it early; the throughput is over the time the workers ran.
+func loadAt(ctx context.Context, hc *http.Client, base, path, apiKey string, clients int, dur time.Duration, want int,
+	next func(worker, i int) (string, request, bool), onOK func(request)) LoadResult {
 	var (
 		mu       sync.Mutex
 		lat      []time.Duration
@@ -71,8 +82,11 @@ func load(ctx context.Context, hc *http.Client, base, apiKey string, clients int
 			localStatus := map[int]int{}
 			localErrs := 0
 			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
-				r := next(w, i)
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/charges", bytes.NewReader(r.body))
+				p, r, ok := next(w, i)
+				if !ok {
+					break
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+cmp.Or(p, path), bytes.NewReader(r.body))
 				req.Header.Set("Authorization", "Bearer "+apiKey)
 				req.Header.Set("Idempotency-Key", r.key)
 				req.Header.Set("Content-Type", "application/json")

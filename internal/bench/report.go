@@ -91,6 +91,18 @@ func (r *Results) Table() string {
 	}
 	p("\nOne commit per phase (ONE_COMMIT_PER_PHASE=true), %d clients: %.0f new charges/s, p50 %.2f ms.\n\n",
 		r.NewChargesOneCommit.Clients, r.NewChargesOneCommit.PerSec, r.NewChargesOneCommit.Latency.P50)
+	if len(r.Captures) > 0 {
+		p("| clients | captures/s | p50 / p99 ms | refunds/s | p50 / p99 ms |\n|---:|---:|---|---:|---|\n")
+		for i, c := range r.Captures {
+			var ref LoadResult
+			if i < len(r.Refunds) {
+				ref = r.Refunds[i]
+			}
+			p("| %d | %.0f | %.2f / %.2f | %.0f | %.2f / %.2f |\n", c.Clients, c.PerSec, c.Latency.P50, c.Latency.P99,
+				ref.PerSec, ref.Latency.P50, ref.Latency.P99)
+		}
+		p("\n")
+	}
 	p("| commits per new charge | xact_commit | durable (WAL COMMIT records) |\n|---|---:|---:|\n")
 	for _, c := range r.Commits {
 		p("| %s (%d charges) | %.2f | %.2f |\n", c.Mode, c.Charges, c.Xact, c.Durable)
