@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -183,4 +184,67 @@ func TestPaymentLifeThroughTheClient(t *testing.T) {
 	}
 	require.ElementsMatch(t, refunds, refs, "one PSP refund per refund, none twice")
 	require.Equal(t, int64(600), sum)
+}
+
+// TestListsPageThroughPaymentLives lists charges and one charge's refunds
+// through the client's iterators, a page of one or two at a time, against
+// the real api: newest first, every object once.
+func TestListsPageThroughPaymentLives(t *testing.T) {
+	t.Parallel()
+	lc := newLifeCluster(t)
+	ctx := context.Background()
+
+	var charges []string // oldest first
+	for i := range 5 {
+		ch, err := lc.cl.Charge(ctx, client.ChargeParams{Amount: int64(1000 + i), Currency: "usd", PaymentMethod: "pm_card_visa"})
+		require.NoError(t, err)
+		charges = append(charges, ch.ID)
+	}
+	a := charges[0]
+	_, err := lc.cl.Capture(ctx, a, client.CaptureParams{})
+	require.NoError(t, err)
+	var refunds []string // oldest first
+	for range 3 {
+		rf, err := lc.cl.Refund(ctx, client.RefundParams{Charge: a, Amount: amount(100)})
+		require.NoError(t, err)
+		refunds = append(refunds, rf.ID)
+	}
+
+	var listed []string
+	for ch, err := range lc.cl.ListCharges(ctx, client.ListParams{Limit: 2}) {
+		require.NoError(t, err)
+		listed = append(listed, ch.ID)
+		if ch.ID == a {
+			require.Equal(t, client.StatusCaptured, ch.Status)
+			require.Equal(t, int64(300), ch.AmountRefunded)
+		}
+	}
+	slices.Reverse(charges)
+	require.Equal(t, charges, listed, "newest first, every charge once across pages")
+
+	listed = nil
+	for rf, err := range lc.cl.ListRefunds(ctx, a, client.ListParams{Limit: 1}) {
+		require.NoError(t, err)
+		require.Equal(t, a, rf.Charge)
+		listed = append(listed, rf.ID)
+	}
+	slices.Reverse(refunds)
+	require.Equal(t, refunds, listed)
+
+	page, err := lc.cl.ListRefundsPage(ctx, a, client.ListParams{Limit: 2, StartingAfter: refunds[0]})
+	require.NoError(t, err)
+	require.False(t, page.HasMore)
+	require.Len(t, page.Data, 2)
+	require.Equal(t, refunds[1], page.Data[0].ID)
+
+	// Another charge's refunds: none.
+	n := 0
+	for _, err := range lc.cl.ListRefunds(ctx, charges[0], client.ListParams{}) {
+		require.NoError(t, err)
+		n++
+	}
+	require.Zero(t, n, "the newest charge has no refunds")
+
+	_, err = lc.cl.ListRefundsPage(ctx, "ch_unknown", client.ListParams{})
+	require.ErrorIs(t, err, client.ErrNotFound)
 }
