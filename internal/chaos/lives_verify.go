@@ -13,9 +13,9 @@ import (
 	"github.com/phasepay/phasepay/client"
 )
 
-// lifeStateSQL reads what the lives' answers are held against: every
-// charge's status and amount captured, every refund, and which keys an
-// operator must resolve.
+// lifeChargesSQL, lifeRefundsSQL and lifeKeysSQL read what the lives'
+// answers are held against: every charge's status and amount captured,
+// every refund, and which keys an operator must resolve.
 const (
 	lifeChargesSQL = `SELECT id, status, amount, amount_captured FROM charges`
 	lifeRefundsSQL = `SELECT id, status, amount FROM refunds`
