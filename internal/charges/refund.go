@@ -124,7 +124,7 @@ func refundCall(o Operator) func(context.Context, *phases.Run[*Refund]) (psp.Out
 		r := run.Object
 		return o.OperateOutcome(ctx, psp.OperationRequest{
 			Kind: psp.KindRefund, IdempotencyKey: r.ID + ":refund", FirstSend: run.Fresh,
-			Authorization: r.authorization, Amount: r.Amount, Reference: r.ID,
+			Authorization: r.authorization, Amount: r.Amount, Reference: r.ID, PSP: r.psp,
 		})
 	}
 }

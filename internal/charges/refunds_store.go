@@ -38,6 +38,7 @@ type Refund struct {
 
 	failureReason *string
 	authorization string // the charge's PSP authorization, for the PSP call
+	psp           string // the PSP that holds it, where the refund goes
 }
 
 // MarshalJSON renders the API's refund object.
@@ -59,13 +60,13 @@ var chargeIDRE = regexp.MustCompile(`^ch_[a-z0-9]{1,64}$`)
 // refundColumns joins the charge for its authorization: a refund is always
 // read with the charge it refunds.
 const refundColumns = `r.tenant_id, r.id, r.charge_id, r.amount, r.status, r.psp_reference, r.created_at, r.failure_reason,
-       coalesce(c.psp_reference, '')`
+       coalesce(c.psp_reference, ''), c.psp`
 
 const refundFrom = ` FROM refunds r JOIN charges c ON c.tenant_id = r.tenant_id AND c.id = r.charge_id`
 
 func scanRefund(row pgx.Row) (*Refund, error) {
 	var r Refund
-	err := row.Scan(&r.TenantID, &r.ID, &r.Charge, &r.Amount, &r.Status, &r.PSPReference, &r.CreatedAt, &r.failureReason, &r.authorization)
+	err := row.Scan(&r.TenantID, &r.ID, &r.Charge, &r.Amount, &r.Status, &r.PSPReference, &r.CreatedAt, &r.failureReason, &r.authorization, &r.psp)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrRefundNotFound
 	}
@@ -82,14 +83,14 @@ const insertRefundSQL = `
 WITH reserved AS (
     UPDATE charges SET amount_refunding = amount_refunding + $6, updated_at = phasepay_now()
      WHERE tenant_id = $1 AND id = $5
-    RETURNING psp_reference
+    RETURNING psp_reference, psp
 ), r AS (
     INSERT INTO refunds (tenant_id, id, idempotency_key, idempotency_key_created_at, charge_id, amount, status)
     SELECT $1, $2, $3, $4, $5, $6, 'pending' FROM reserved
     RETURNING *
 )
 SELECT r.tenant_id, r.id, r.charge_id, r.amount, r.status, r.psp_reference, r.created_at, r.failure_reason,
-       coalesce((SELECT psp_reference FROM reserved), '')
+       coalesce((SELECT psp_reference FROM reserved), ''), (SELECT psp FROM reserved)
   FROM r`
 
 func insertRefund(ctx context.Context, tx pgx.Tx, key idempotency.ID, id string, c *Charge, amount int64) (*Refund, error) {

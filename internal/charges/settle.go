@@ -102,7 +102,8 @@ func decode(body []byte, v any) error {
 func settleCall(o Operator, kind psp.OperationKind, suffix string, amount func(*Charge, idempotency.Canonical) int64) func(context.Context, *phases.Run[*Charge]) (psp.Outcome, error) {
 	return func(ctx context.Context, run *phases.Run[*Charge]) (psp.Outcome, error) {
 		c := run.Object
-		req := psp.OperationRequest{Kind: kind, IdempotencyKey: c.ID + ":" + suffix, FirstSend: run.Fresh, Reference: c.ID}
+		// To the PSP that holds the authorization (routing between PSPs).
+		req := psp.OperationRequest{Kind: kind, IdempotencyKey: c.ID + ":" + suffix, FirstSend: run.Fresh, Reference: c.ID, PSP: c.PSP}
 		if c.PSPReference != nil {
 			req.Authorization = *c.PSPReference
 		}
