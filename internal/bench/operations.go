@@ -8,11 +8,11 @@ import (
 	"time"
 )
 
-// Captures and refunds (issue 15): the throughput of the two operations
-// after an authorization, per level, over HTTP against the api and the
-// mock PSP like new charges. No target yet; the table shows them next to
-// new charges, whose shape (a claim, a PSP call, two commits) they share,
-// plus the charge's row lock each takes.
+// Captures and refunds: the throughput of the two operations after an
+// authorization, per level, over HTTP against the api and the mock PSP
+// like new charges. No target yet; the table shows them next to new
+// charges, whose shape (a claim, a PSP call, two commits) they share, plus
+// the charge's row lock each takes.
 
 // refundsPerCharge is how many refunds of refundAmount each captured
 // charge (of 1000) takes in the refund load.
