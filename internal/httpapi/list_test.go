@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,7 +39,7 @@ func (b *apiBundle) pageThrough(t *testing.T, path string, limit int, between fu
 	var ids []string
 	after := ""
 	sep := "?"
-	if containsQuery(path) {
+	if strings.Contains(path, "?") {
 		sep = "&"
 	}
 	for n := 0; ; n++ {
@@ -59,15 +60,6 @@ func (b *apiBundle) pageThrough(t *testing.T, path string, limit int, between fu
 		require.Len(t, p.Data, limit, "a page with more after it is full")
 		after = p.Data[len(p.Data)-1].ID
 	}
-}
-
-func containsQuery(path string) bool {
-	for _, c := range path {
-		if c == '?' {
-			return true
-		}
-	}
-	return false
 }
 
 // Pitfall: a list paged while charges are being created. An offset shifts
