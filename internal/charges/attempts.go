@@ -27,6 +27,12 @@ import (
 //     lost answer, a lookup that found nothing YET: the request may still be
 //     in flight there) keeps it where it is, resent under the same key after
 //     a lookup, until known or needs_attention. A decline is final.
+//
+// What a refusal proves rests on the PSP's idempotency: a 400, 404 or 422
+// under a key says that nothing was done, and will be, under that key. A
+// PSP still working on an earlier request under the same key answers 409
+// (busy: the charge stays and is sent again later), never 400; the mock
+// acts on a request before it answers anything, so it has no such window.
 
 // Routes is the PSPs as a charge's authorization sees them
 // (*routing.Router); a plain Authorizer is one PSP, named "default".
