@@ -92,6 +92,8 @@ type Results struct {
 	// level, each request on a charge of its own (see operations).
 	Captures []LoadResult `json:"captures"`
 	Refunds  []LoadResult `json:"refunds"`
+	// PrimaryDown is new charges between two PSPs, the first down (failover.go).
+	PrimaryDown PrimaryDown `json:"primary_down"`
 }
 
 // Baselines are pgbench's numbers per level.
@@ -202,6 +204,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		{"round trips per new charge and replay", e.roundTrips},
 		{"new charges, replays, 409s (alternating with bare baselines)", e.loads},
 		{"captures and refunds", e.operations},
+		{"new charges with the primary PSP down (breaker open)", e.primaryDown},
 		{"instrumentation overhead (alternating on/off)", e.instrumentation},
 		{"tenant foreign keys (alternating with/without)", e.tenantFKs},
 		{"claim by partition count", e.claimByPartitions},
