@@ -134,6 +134,10 @@ func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Ru
 		if out.PSP == "" {
 			out.PSP = cur.PSP
 		}
+		if defectFailoverOnUnknown && out.Class == psp.ClassUnknown {
+			// The deliberately broken build: an unknown outcome as a refusal.
+			return psp.Outcome{Class: psp.ClassFinalFailure, Reason: "defect: unknown taken for a refusal", PSP: cur.PSP}, nil
+		}
 		if err != nil {
 			return out, fmt.Errorf("authorize %s at %s: %w", c.ID, cur.PSP, err)
 		}
