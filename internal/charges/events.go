@@ -29,6 +29,5 @@ func writeStatusEvent(ctx context.Context, tx pgx.Tx, c *Charge) error {
 	if err != nil {
 		return err
 	}
-	_, err = events.Write(ctx, tx, c.TenantID, typ, obj)
-	return err
+	return events.Record(ctx, tx, c.TenantID, typ, obj)
 }
