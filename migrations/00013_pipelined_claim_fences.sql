@@ -1,6 +1,6 @@
 -- +goose Up
 
--- One database round trip per transaction (issue 13).
+-- One database round trip per transaction.
 --
 -- The phase engine sends a transaction's statements, its BEGIN and COMMIT
 -- included, in one pipelined exchange (internal/phases, pipeline.go). A
@@ -28,19 +28,17 @@ END
 $$;
 -- +goose StatementEnd
 
--- idempotency_keys_claim inserts a new key, or raises PPK01 if the key
--- exists: the claim of idempotency.Store.QueueClaim, which the engine sends
--- with a lookup of the key before it and the first phase's writes after
--- it, all in one implicit transaction. For a new key it returns the row; a
--- key that exists fails it, rolling back what followed it in the exchange,
--- and the caller answers from the lookup that preceded it.
+-- idempotency_keys_claim is claimSQL as a function the phase engine can
+-- pipeline (idempotency.Store.QueueClaim): it returns the key's row,
+-- inserted or found, and records which in the transaction-local setting
+-- phasepay.claim ('created' or 'exists'), for phasepay_claimed below.
 --
 -- Uniqueness of (tenant_id, key) across day partitions is kept exactly as
 -- claimSQL keeps it (migrations/00002, 00008): the key's advisory lock
 -- first (same namespace and hash as idempotency.claimLockSQL), then the
--- existence check in a statement that starts after the lock was granted.
--- A VOLATILE plpgsql function takes a fresh snapshot for each statement it
--- runs, so the check sees a claim that committed while we waited for the
+-- lookup in a statement that starts after the lock was granted. A
+-- VOLATILE plpgsql function takes a fresh snapshot for each statement it
+-- runs, so the lookup sees a claim that committed while we waited for the
 -- lock. READ COMMITTED is required for that, and checked.
 -- +goose StatementBegin
 CREATE FUNCTION idempotency_keys_claim(p_tenant_id bigint, p_key text, p_fingerprint bytea, p_method text,
@@ -48,14 +46,20 @@ CREATE FUNCTION idempotency_keys_claim(p_tenant_id bigint, p_key text, p_fingerp
                                        p_point text, p_object_id text)
 RETURNS SETOF idempotency_keys
 LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    found_row idempotency_keys;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'claim %: needs a READ COMMITTED transaction, got %', p_key, current_setting('transaction_isolation');
     END IF;
     PERFORM pg_advisory_xact_lock(1886388225, hashtext(p_tenant_id::text || ':' || p_key));
-    IF EXISTS (SELECT 1 FROM idempotency_keys_newest(p_tenant_id, p_key)) THEN
-        RAISE EXCEPTION 'key % exists', p_key USING ERRCODE = 'PPK01';
+    SELECT * INTO found_row FROM idempotency_keys_newest(p_tenant_id, p_key);
+    IF FOUND THEN
+        PERFORM set_config('phasepay.claim', 'exists', true);
+        RETURN NEXT found_row;
+        RETURN;
     END IF;
+    PERFORM set_config('phasepay.claim', 'created', true);
     RETURN QUERY
     INSERT INTO idempotency_keys
            (tenant_id, key, fingerprint, request_method, request_path, request_body, locked_until, trace_context,
@@ -68,6 +72,26 @@ END
 $$;
 -- +goose StatementEnd
 
+-- phasepay_claimed raises PPK01 (idempotency.ErrKeyExists) unless the
+-- transaction's claim created its key. The engine queues it right after
+-- the claim and before the first phase's writes: for a key that exists,
+-- the claim's row has been read (it answers a replay) and the failure
+-- rolls back everything after it, in the same exchange, with no ROLLBACK
+-- of its own. (The server logs the failure as an ERROR: one line per
+-- replay, mismatch or 409.)
+-- +goose StatementBegin
+CREATE FUNCTION phasepay_claimed() RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF current_setting('phasepay.claim', true) IS DISTINCT FROM 'created' THEN
+        RAISE EXCEPTION 'the key exists' USING ERRCODE = 'PPK01';
+    END IF;
+    RETURN true;
+END
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
+DROP FUNCTION phasepay_claimed();
 DROP FUNCTION idempotency_keys_claim(bigint, text, bytea, text, text, bytea, bigint, text, text, text);
 DROP FUNCTION phasepay_fence(bigint, text);

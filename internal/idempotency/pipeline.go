@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Pipelined transactions (issue 13): the phase engine sends a transaction's
+// Pipelined transactions: the phase engine sends a transaction's
 // statements in one exchange with the database, BEGIN and COMMIT included
 // (internal/phases, pipeline.go). A statement queued for that exchange has
 // no result anyone can look at before it is sent, so the checks that read a
@@ -26,8 +26,7 @@ const (
 )
 
 // ErrKeyExists: a claim found the key already claimed (QueueClaim). The
-// caller answers from the lookup queued before it, or retries when that
-// lookup missed (another claim committed in between).
+// caller answers from the key the claim read (QueuedClaim.Existing).
 var ErrKeyExists = errors.New("idempotency key exists")
 
 // TranslateError maps the errors of migrations/00013's checks to
@@ -60,16 +59,24 @@ type Queuer interface {
 }
 
 // claimFuncSQL is the claim of QueueClaim: idempotency_keys_claim
-// (migrations/00013) inserts the key and returns it, or fails with PPK01 if
-// it exists, holding the key's advisory lock like claimSQL.
-const claimFuncSQL = `SELECT true, ` + recordColumns + `
+// (migrations/00013) holds the key's advisory lock like claimLockSQL, then
+// finds or inserts the key like claimSQL, and returns its row either way;
+// which of the two it did it leaves in the setting phasepay.claim, read
+// here once the function has returned its row (a plpgsql set-returning
+// function runs to completion before its caller reads the first row).
+const claimFuncSQL = `SELECT current_setting('phasepay.claim') = 'created', ` + recordColumns + `
   FROM idempotency_keys_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+
+// claimedSQL fails with PPK01 (ErrKeyExists) unless the claim before it
+// created the key: queued between the claim and the first phase's writes,
+// it rolls those back, with the claim, when the key exists.
+const claimedSQL = `SELECT phasepay_claimed()`
 
 // QueuedClaim is the answer of QueueClaim, filled in when the exchange that
 // carries it is read.
 type QueuedClaim struct {
-	// Found and Existing are the lookup's answer: the key as it stood just
-	// before the claim, if it existed.
+	// Found and Existing: the key existed, as Existing (read after the
+	// key's lock was granted, like Claim's).
 	Found    bool
 	Existing Record
 	// Lease is the new key's lease. Until the exchange is read its Record
@@ -79,49 +86,45 @@ type QueuedClaim struct {
 	Lease *Lease
 }
 
-// QueueClaim queues, in q, a lookup of the key and its claim, so that one
-// exchange answers both a new key and an existing one:
+// QueueClaim queues, in q, the claim of a key and a check that it created
+// the key, so that one exchange answers a new key and an existing one:
 //
-//   - a new key: the lookup returns nothing and the claim inserts the key;
-//     what the caller queues after it (the first phase's writes) commits
-//     with it;
-//   - an existing key: the lookup returns it and the claim fails with
-//     ErrKeyExists, which rolls back the whole exchange; the caller decides
-//     from QueuedClaim.Existing (see Decide);
-//   - a key claimed by someone else between the two: the lookup misses and
-//     the claim still fails (it looks again after taking the key's lock);
-//     the caller tries again.
+//   - a new key is inserted, and what the caller queues after (the first
+//     phase's writes) commits with it;
+//   - an existing key is read (QueuedClaim.Existing, for Decide), and the
+//     check fails with ErrKeyExists, which rolls back the whole exchange:
+//     nothing queued after it runs.
 //
-// q must run READ COMMITTED (the claim checks it).
+// The key's lookup is the claim's, after its lock: one read of the key
+// whichever way it goes. q must run READ COMMITTED (the claim checks it).
 func (s *Store) QueueClaim(q Queuer, p ClaimParams) *QueuedClaim {
 	point := cmp.Or(p.Point, PointStart)
 	c := &QueuedClaim{Lease: &Lease{store: s, Record: Record{
 		TenantID: p.TenantID, Key: p.Key, Request: p.Request, State: StateStarted, Point: point,
 		LockVersion: 1, Leased: true, Due: true, ObjectID: p.ObjectID, TraceContext: p.TraceContext,
 	}}}
-	q.QueueRow(lookupSQL, []any{p.TenantID, p.Key}, func(row pgx.Row) error {
-		var ignored bool
-		rec, err := scanRecord(row, &ignored)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return nil
-		case err != nil:
-			return fmt.Errorf("look up %q: %w", p.Key, err)
-		}
-		c.Existing, c.Found = rec, true
-		return nil
-	})
 	q.QueueRow(claimFuncSQL, []any{p.TenantID, p.Key, p.Request.Fingerprint[:], p.Request.Method, p.Request.Path,
 		p.Request.Body, s.cfg.Lease.Microseconds(), p.TraceContext, string(point), p.ObjectID},
 		func(row pgx.Row) error {
 			var created bool
 			rec, err := scanRecord(row, &created)
-			if err != nil {
-				return fmt.Errorf("claim %q: %w", p.Key, TranslateError(err))
+			switch {
+			case err != nil:
+				return fmt.Errorf("claim %q: %w", p.Key, err)
+			case created:
+				c.Lease.Record = rec
+			default:
+				c.Existing, c.Found = rec, true
 			}
-			c.Lease.Record = rec
 			return nil
 		})
+	q.QueueRow(claimedSQL, nil, func(row pgx.Row) error {
+		var ok bool
+		if err := row.Scan(&ok); err != nil {
+			return fmt.Errorf("claim %q: %w", p.Key, TranslateError(err))
+		}
+		return nil
+	})
 	return c
 }
 

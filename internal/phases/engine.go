@@ -151,63 +151,46 @@ func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 	// recovery point and object the new key row records itself, so they
 	// need no fence of their own (the claim's commit is their commit).
 	//
-	// One exchange answers a new key and a retry alike (issue 13): a
-	// lookup of the key, the claim, and the folded arrows' writes, queued
-	// in a pipelined transaction (pipeTx) that commits them together. A
-	// new key's lookup misses and everything commits. An existing key
-	// fails the claim (idempotency.ErrKeyExists), which rolls the
-	// exchange back, and is answered from the lookup read just before:
-	// a replay, a mismatch, an attempt not yet due or a request waiting
-	// for an operator cost that one read, with no lock held past it; an
-	// abandoned key goes on to its takeover. A key claimed by someone
-	// else between our lookup and our claim fails the claim with the
-	// lookup empty: we try again, and then find it.
+	// One exchange answers a new key and a retry alike: the claim, a
+	// check that it created the key, and the folded arrows' writes,
+	// queued in a pipelined transaction (pipeTx) that commits them
+	// together. A new key commits there. An existing key fails the check
+	// (idempotency.ErrKeyExists), which rolls the exchange back, and is
+	// answered from the row the claim read: a replay, a mismatch, an
+	// attempt not yet due or a request waiting for an operator cost that
+	// one exchange; an abandoned key goes on to its takeover.
 	claim := idempotency.ClaimParams{TenantID: tenantID, Key: key, Request: req, TraceContext: traceContext(ctx)}
 	folded := op.group(0, e.cfg.OneCommitPerPhase, true)
+	run := &Run[S]{}
+	if op.ObjectID != nil {
+		run.ObjectID = op.ObjectID(req)
+	}
+	if len(folded) > 0 {
+		claim.Point = folded[len(folded)-1].To
+		claim.ObjectID = run.ObjectID
+	}
 	var (
-		run    *Run[S]
 		q      *idempotency.QueuedClaim
 		arrows []arrowRun
 	)
-	for attempt := 0; ; attempt++ {
-		run = &Run[S]{}
-		if op.ObjectID != nil {
-			run.ObjectID = op.ObjectID(req)
-		}
-		if len(folded) > 0 {
-			claim.Point = folded[len(folded)-1].To
-			claim.ObjectID = run.ObjectID
-		}
-		arrows = arrows[:0]
-		err = inPipeTx(ctx, e.pool, func(tx *pipeTx) error {
-			q = e.keys.QueueClaim(tx, claim)
-			run.Lease = q.Lease
-			if op.Admit != nil {
-				// Admit reads: its query goes out with the claim, in an
-				// explicit transaction, so a refusal rolls the claim back.
-				if err := op.Admit(ctx, tx, tenantID, req); err != nil {
-					if errors.Is(tx.err, idempotency.ErrKeyExists) {
-						return tx.err
-					}
-					return err
+	err = inPipeTx(ctx, e.pool, func(tx *pipeTx) error {
+		q = e.keys.QueueClaim(tx, claim)
+		run.Lease = q.Lease
+		if op.Admit != nil {
+			// Admit reads: its query goes out with the claim, in an
+			// explicit transaction, so a refusal rolls the claim back.
+			if err := op.Admit(ctx, tx, tenantID, req); err != nil {
+				if errors.Is(tx.err, idempotency.ErrKeyExists) {
+					return tx.err
 				}
+				return err
 			}
-			_, err := commitArrows(ctx, e, tx, run, folded, false, false, &arrows)
-			return err
-		})
-		if !errors.Is(err, idempotency.ErrKeyExists) {
-			break
 		}
-		if q.Found {
-			return existing(ctx, e, op, q.Existing, req.Fingerprint)
-		}
-		if attempt == 2 {
-			rec, err := e.keys.Lookup(ctx, e.pool, tenantID, key)
-			if err != nil {
-				return Result{}, fmt.Errorf("%s: %w", op.Span, err)
-			}
-			return existing(ctx, e, op, rec, req.Fingerprint)
-		}
+		_, err := commitArrows(ctx, e, tx, run, folded, false, false, &arrows)
+		return err
+	})
+	if errors.Is(err, idempotency.ErrKeyExists) && q.Found {
+		return existing(ctx, e, op, q.Existing, req.Fingerprint)
 	}
 	e.recordArrows(ctx, q.Lease, arrows, time.Now())
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
-// One round trip per transaction (issue 13).
+// One round trip per transaction.
 //
 // A transaction run the plain way costs one exchange with the database per
 // statement, plus one for BEGIN and one for COMMIT: a new charge used to
