@@ -34,9 +34,9 @@ $$;
 -- phasepay.claim ('created' or 'exists'), for phasepay_claimed below.
 --
 -- Uniqueness of (tenant_id, key) across day partitions is kept exactly as
--- claimSQL keeps it (migrations/00002, 00008): the key's advisory lock
--- first (same namespace and hash as idempotency.claimLockSQL), then the
--- lookup in a statement that starts after the lock was granted. A
+-- claimSQL keeps it (migrations/00002, 00008): before inserting, the key's
+-- advisory lock (same namespace and hash as idempotency.claimLockSQL),
+-- then the lookup in a statement that starts after the lock was granted. A
 -- VOLATILE plpgsql function takes a fresh snapshot for each statement it
 -- runs, so the lookup sees a claim that committed while we waited for the
 -- lock. READ COMMITTED is required for that, and checked.
@@ -52,8 +52,17 @@ BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'claim %: needs a READ COMMITTED transaction, got %', p_key, current_setting('transaction_isolation');
     END IF;
-    PERFORM pg_advisory_xact_lock(1886388225, hashtext(p_tenant_id::text || ':' || p_key));
+    -- A key that exists is found without the lock: a committed row does
+    -- not stop existing (retention drops keys past every retry), the lock
+    -- would not make the row any fresher (the writes after the claim do
+    -- not take it), and a takeover decided on the row is fenced by its
+    -- lock_version. A replay thus takes no lock. The miss of a new key is
+    -- one probe of the heads before the lock.
     SELECT * INTO found_row FROM idempotency_keys_newest(p_tenant_id, p_key);
+    IF NOT FOUND THEN
+        PERFORM pg_advisory_xact_lock(1886388225, hashtext(p_tenant_id::text || ':' || p_key));
+        SELECT * INTO found_row FROM idempotency_keys_newest(p_tenant_id, p_key);
+    END IF;
     IF FOUND THEN
         PERFORM set_config('phasepay.claim', 'exists', true);
         RETURN NEXT found_row;
