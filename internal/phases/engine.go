@@ -79,6 +79,7 @@ type Engine struct {
 
 	ops        []resumer
 	background sync.WaitGroup // releaseLater's goroutines
+	hints      *keyHints
 }
 
 // resumer is a registered operation, whatever its object type.
@@ -97,7 +98,7 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, cfg Config) (*Engine, erro
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Engine{pool: pool, keys: keys, cfg: cfg, log: log, tel: tel}, nil
+	return &Engine{pool: pool, keys: keys, cfg: cfg, log: log, tel: tel, hints: newKeyHints()}, nil
 }
 
 // Register makes op resumable by Resume. It panics on an operation that
@@ -159,6 +160,22 @@ func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 	// answered from the row the claim read: a replay, a mismatch, an
 	// attempt not yet due or a request waiting for an operator cost that
 	// one exchange; an abandoned key goes on to its takeover.
+	//
+	// A key this process has seen before is probably a retry: it is read
+	// first (see keyHints), and the read answers the final decisions and
+	// the waits, which never need a lock; anything else goes on to the
+	// claim.
+	if e.hints.seen(tenantID, key) {
+		if rec, err := e.keys.Lookup(ctx, e.pool, tenantID, key); err == nil {
+			switch idempotency.Decide(rec, req.Fingerprint) {
+			case idempotency.Replay, idempotency.Mismatch, idempotency.NotDue, idempotency.Unresolved:
+				return existing(ctx, e, op, rec, req.Fingerprint)
+			}
+		} else if !errors.Is(err, idempotency.ErrNotFound) {
+			return Result{}, fmt.Errorf("%s: %w", op.Span, err)
+		}
+	}
+	e.hints.add(tenantID, key)
 	claim := idempotency.ClaimParams{TenantID: tenantID, Key: key, Request: req, TraceContext: traceContext(ctx)}
 	folded := op.group(0, e.cfg.OneCommitPerPhase, true)
 	run := &Run[S]{}

@@ -5,10 +5,11 @@
 // An operation (an Operation value) names its path, its recovery points and
 // one small function per arrow between them. The Engine runs it:
 //
-//   - the claim, sent in one exchange with a lookup of the key (whose
-//     answer, when the key exists, answers a replay, a mismatch, an
-//     attempt not yet due and a request waiting for an operator), Decide,
-//     and the takeover of an abandoned key;
+//   - the claim, one exchange that also reads an existing key (a plain
+//     lookup first for a key this process has seen: keyHints), whose
+//     row answers a replay, a mismatch, an attempt not yet due and a
+//     request waiting for an operator; Decide, and the takeover of an
+//     abandoned key;
 //   - pipelined transactions (pipeline.go): a transaction's statements,
 //     BEGIN and COMMIT included, go out in one exchange with the database
 //     plus one per read it cannot go on without;
