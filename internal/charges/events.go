@@ -37,8 +37,7 @@ func writeStatusEvent(ctx context.Context, tx pgx.Tx, c *Charge) error {
 	if err != nil {
 		return err
 	}
-	_, err = events.Write(ctx, tx, c.TenantID, typ, obj)
-	return err
+	return events.Record(ctx, tx, c.TenantID, typ, obj)
 }
 
 // writeRefundEvent records the event of r's end (refund.succeeded or
@@ -52,6 +51,5 @@ func writeRefundEvent(ctx context.Context, tx pgx.Tx, r *Refund) error {
 	if err != nil {
 		return err
 	}
-	_, err = events.Write(ctx, tx, r.TenantID, typ, obj)
-	return err
+	return events.Record(ctx, tx, r.TenantID, typ, obj)
 }

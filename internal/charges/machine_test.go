@@ -34,22 +34,54 @@ func setup(t *testing.T) *chargestest.Bundle {
 
 const visa = `{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`
 
-// commitCounter counts the transactions a pool commits.
+// commitCounter counts the transactions a pool commits: a COMMIT sent on
+// its own or in a batch, and a batch sent outside any transaction and
+// without a BEGIN, which PostgreSQL runs as one implicit transaction,
+// committed at its Sync if no statement in it failed (the phase engine's
+// pipelined transactions send a claim so).
 type commitCounter struct {
 	mu sync.Mutex
 	n  int
 }
 
+type implicitBatch struct{}
+
+func isCommit(sql string) bool { return strings.EqualFold(strings.TrimSpace(sql), "commit") }
+
+func (c *commitCounter) add() {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+}
+
 func (c *commitCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if strings.EqualFold(strings.TrimSpace(data.SQL), "commit") {
-		c.mu.Lock()
-		c.n++
-		c.mu.Unlock()
+	if isCommit(data.SQL) {
+		c.add()
 	}
 	return ctx
 }
 
 func (c *commitCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *commitCounter) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	qs := data.Batch.QueuedQueries
+	if conn.PgConn().TxStatus() == 'I' && len(qs) > 0 && !strings.EqualFold(strings.TrimSpace(qs[0].SQL), "begin") {
+		return context.WithValue(ctx, implicitBatch{}, true)
+	}
+	return ctx
+}
+
+func (c *commitCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if isCommit(data.SQL) && data.Err == nil {
+		c.add()
+	}
+}
+
+func (c *commitCounter) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchEndData) {
+	if ctx.Value(implicitBatch{}) != nil && data.Err == nil {
+		c.add()
+	}
+}
 
 func (c *commitCounter) count() int {
 	c.mu.Lock()
@@ -87,7 +119,7 @@ func TestCommitsPerNewCharge(t *testing.T) {
 			require.Equal(t, "done", point)
 			require.EqualValues(t, 1, lv)
 
-			// A replay is a plain read: no transaction at all.
+			// A replay is a plain read: nothing commits.
 			res, err = svc.Create(ctx, b.Tenant, "commits", req, params)
 			require.NoError(t, err)
 			require.Equal(t, charges.OutcomeReplay, res.Outcome)

@@ -102,29 +102,29 @@ func insertRefund(ctx context.Context, tx pgx.Tx, key idempotency.ID, id string,
 }
 
 // updateRefundSQL ends a refund and moves its reservation on the charge:
-// into amount_refunded on success, away on failure.
+// into amount_refunded on success, away on failure. It fails its statement
+// (phasepay_fence, migrations/00013) when the refund was not pending: its
+// arrow is fenced and commits once, so that would be a second end, which
+// must not write a second event (no event without its change). A failed
+// statement, not a row count, because the engine pipelines the arrow's
+// statements and reads no result before the exchange.
 const updateRefundSQL = `
 WITH r AS (
     UPDATE refunds SET status = $3, psp_reference = $4, failure_reason = $5, updated_at = phasepay_now()
      WHERE tenant_id = $1 AND id = $2 AND status = 'pending'
     RETURNING tenant_id, charge_id, amount
+), c AS (
+    UPDATE charges c
+       SET amount_refunding = c.amount_refunding - r.amount,
+           amount_refunded = c.amount_refunded + CASE WHEN $3 = 'succeeded' THEN r.amount ELSE 0 END,
+           updated_at = phasepay_now()
+      FROM r WHERE c.tenant_id = r.tenant_id AND c.id = r.charge_id
 )
-UPDATE charges c
-   SET amount_refunding = c.amount_refunding - r.amount,
-       amount_refunded = c.amount_refunded + CASE WHEN $3 = 'succeeded' THEN r.amount ELSE 0 END,
-       updated_at = phasepay_now()
-  FROM r WHERE c.tenant_id = r.tenant_id AND c.id = r.charge_id`
+SELECT phasepay_fence((SELECT count(*) FROM r), 'end of a refund that is no longer pending')`
 
-// updateRefund fails when the refund was not pending: its arrow is fenced
-// and commits once, so that would be a second end, which must not write a
-// second event (no event without its change).
 func updateRefund(ctx context.Context, tx pgx.Tx, r *Refund) error {
-	tag, err := tx.Exec(ctx, updateRefundSQL, r.TenantID, r.ID, string(r.Status), r.PSPReference, r.failureReason)
-	if err != nil {
-		return fmt.Errorf("record refund %s: %w", r.ID, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("record refund %s: it is no longer pending", r.ID)
+	if _, err := tx.Exec(ctx, updateRefundSQL, r.TenantID, r.ID, string(r.Status), r.PSPReference, r.failureReason); err != nil {
+		return fmt.Errorf("record refund %s: %w", r.ID, idempotency.TranslateError(err))
 	}
 	return nil
 }

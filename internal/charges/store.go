@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,19 +32,48 @@ func scanCharge(row pgx.Row) (*Charge, error) {
 // insertChargeSQL creates the charge of a key. The UNIQUE (tenant_id,
 // idempotency_key, idempotency_key_created_at) constraint backs the fencing:
 // even a bug that let two holders run this phase could not make two charges.
+//
+// A NULL key creation time ($4) names the key claimed in this very
+// transaction, whose created_at is this transaction's phasepay_now(): the
+// claim and this insert travel in one exchange (phases, pipeline.go), so
+// the key's row has not been read back yet when this is queued.
 const insertChargeSQL = `
 INSERT INTO charges (tenant_id, id, idempotency_key, idempotency_key_created_at,
                      amount, currency, payment_method, description, metadata, status, psp)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10)
+VALUES ($1, $2, $3, coalesce($4::timestamptz, phasepay_now()), $5, $6, $7, $8, $9, 'pending', $10)
 RETURNING ` + chargeColumns
 
+// insertCharge inserts the charge. In a pipelined transaction (an
+// idempotency.Queuer) the insert is queued and the charge returned is
+// filled in when the exchange is read, at the latest by the commit:
+// nothing must read it before.
 func insertCharge(ctx context.Context, tx pgx.Tx, key idempotency.ID, id, pspName string, p CreateParams) (*Charge, error) {
 	md := p.Metadata
 	if md == nil {
 		md = map[string]string{}
 	}
-	c, err := scanCharge(tx.QueryRow(ctx, insertChargeSQL, key.TenantID, id, key.Key, key.CreatedAt,
-		p.Amount, p.Currency, p.PaymentMethod, p.Description, md, pspName))
+	var keyCreatedAt *time.Time
+	if !key.CreatedAt.IsZero() {
+		keyCreatedAt = &key.CreatedAt
+	}
+	args := []any{key.TenantID, id, key.Key, keyCreatedAt, p.Amount, p.Currency, p.PaymentMethod, p.Description, md, pspName}
+	if q, ok := tx.(idempotency.Queuer); ok {
+		// What the caller may use before the exchange is read: the ids.
+		// The row's columns arrive later; what the caller added meanwhile
+		// (the first attempt) is kept.
+		c := &Charge{TenantID: key.TenantID, ID: id, PSP: pspName}
+		q.QueueRow(insertChargeSQL, args, func(row pgx.Row) error {
+			got, err := scanCharge(row)
+			if err != nil {
+				return fmt.Errorf("insert charge: %w", err)
+			}
+			got.attempts = c.attempts
+			*c = *got
+			return nil
+		})
+		return c, nil
+	}
+	c, err := scanCharge(tx.QueryRow(ctx, insertChargeSQL, args...))
 	if err != nil {
 		return nil, fmt.Errorf("insert charge: %w", err)
 	}

@@ -187,6 +187,47 @@ func Write(ctx context.Context, tx DBTX, tenantID int64, typ Type, object []byte
 	return ev, nil
 }
 
+// queuer is a transaction that holds statements back until its next
+// exchange with the database and hands each one's row to a callback then:
+// the phase engine's pipelined transaction (idempotency.Queuer).
+type queuer interface {
+	QueueRow(sql string, args []any, scan func(pgx.Row) error)
+}
+
+// Record is Write for a caller that does not need the stored event back.
+// In a transaction that holds statements back (the phase engine's, see
+// idempotency.Queuer) the event costs no exchange of its own: both of
+// Write's statements are queued, in Write's order (the lock's statement
+// first, so that writeSQL's snapshot is taken after the lock is granted),
+// and their errors abort the transaction at its next exchange or commit.
+// In any other transaction it is Write.
+func Record(ctx context.Context, tx DBTX, tenantID int64, typ Type, object []byte) error {
+	q, ok := tx.(queuer)
+	if !ok {
+		_, err := Write(ctx, tx, tenantID, typ, object)
+		return err
+	}
+	if !json.Valid(object) || len(object) > maxObjectBytes || len(object) == 0 || object[0] != '{' {
+		return fmt.Errorf("write %s event: the object must be a JSON object of at most %d bytes", typ, maxObjectBytes)
+	}
+	q.QueueRow(lockEndpointsSQL, []any{tenantID}, func(row pgx.Row) error {
+		var ignored string
+		if err := row.Scan(&ignored); err != nil {
+			return fmt.Errorf("write %s event: %w", typ, err)
+		}
+		return nil
+	})
+	q.QueueRow(writeSQL, []any{tenantID, string(typ), string(object)}, func(row pgx.Row) error {
+		var ev Event
+		var notified bool
+		if err := row.Scan(&ev.ID, &ev.CreatedAt, &ev.Body, &notified); err != nil {
+			return fmt.Errorf("write %s event: %w", typ, err)
+		}
+		return nil
+	})
+	return nil
+}
+
 // NotifyChannel is the LISTEN channel Write notifies on commit when it
 // queued a delivery.
 const NotifyChannel = notifyChannel

@@ -24,32 +24,28 @@ type Lease struct {
 // first in the phase's transaction: the row lock it takes makes a concurrent
 // takeover wait until the phase commits or rolls back, and a lost lease stops
 // the phase before any of its effects is written. It also renews the lease:
-// a worker that makes progress is alive.
-const advanceSQL = `
+// a worker that makes progress is alive. A failed fence fails the statement
+// (see fenced), so that it can be queued in a pipelined transaction whose
+// Exec has no rows affected to look at.
+var advanceSQL = fenced(`
 UPDATE idempotency_keys
    SET recovery_point = $5,
        locked_until = phasepay_now() + $6 * interval '1 microsecond'
  WHERE tenant_id = $1 AND key = $2 AND created_at = $3
    AND lock_version = $4
-   AND state = 'started'`
+   AND state = 'started'`, "advance")
 
 // Advance moves the key to point inside tx, fenced by the lease. Call it
 // before the phase's effects, in the same transaction; the caller commits.
 // It returns ErrLeaseLost if the lease was taken over or the key finished.
 func (l *Lease) Advance(ctx context.Context, tx pgx.Tx, point RecoveryPoint) error {
 	r := l.Record
-	tag, err := tx.Exec(ctx, advanceSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, string(point), l.store.cfg.Lease.Microseconds())
-	if err != nil {
-		return fmt.Errorf("advance %q to %s: %w", r.Key, point, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("advance %q to %s: %w", r.Key, point, ErrLeaseLost)
-	}
-	return nil
+	_, err := tx.Exec(ctx, advanceSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, string(point), l.store.cfg.Lease.Microseconds())
+	return fenceError(err, "advance %q to %s", r.Key, point)
 }
 
 // finishSQL stores the response and ends the key, fenced like advanceSQL.
-const finishSQL = `
+var finishSQL = fenced(`
 UPDATE idempotency_keys
    SET state = 'done',
        recovery_point = 'done',
@@ -62,20 +58,14 @@ UPDATE idempotency_keys
        finished_at = phasepay_now()
  WHERE tenant_id = $1 AND key = $2 AND created_at = $3
    AND lock_version = $4
-   AND state = 'started'`
+   AND state = 'started'`, "finish")
 
 // Finish stores resp as the key's final answer inside tx, the transaction of
 // the request's last effect. It returns ErrLeaseLost if the lease was lost.
 func (l *Lease) Finish(ctx context.Context, tx pgx.Tx, resp Response) error {
 	r := l.Record
-	tag, err := tx.Exec(ctx, finishSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, resp.Status, resp.ContentType, resp.Body)
-	if err != nil {
-		return fmt.Errorf("finish %q: %w", r.Key, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("finish %q: %w", r.Key, ErrLeaseLost)
-	}
-	return nil
+	_, err := tx.Exec(ctx, finishSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, resp.Status, resp.ContentType, resp.Body)
+	return fenceError(err, "finish %q", r.Key)
 }
 
 // extendSQL is the heartbeat: it pushes the lease out while the holder waits

@@ -259,22 +259,18 @@ func (l *Lease) ReturnToAttention(ctx context.Context, q DBTX) error {
 	return nil
 }
 
-// setObjectSQL records what the request created, fenced.
-const setObjectSQL = `
+// setObjectSQL records what the request created, fenced (see fenced).
+var setObjectSQL = fenced(`
 UPDATE idempotency_keys SET object_id = $5
- WHERE tenant_id = $1 AND key = $2 AND created_at = $3 AND lock_version = $4 AND state = 'started'`
+ WHERE tenant_id = $1 AND key = $2 AND created_at = $3 AND lock_version = $4 AND state = 'started'`, "set object")
 
 // SetObject records, inside the transaction that creates it, the id of the
 // object the request created (shown in the tenant's view of the key). It
 // returns ErrLeaseLost if the lease was lost.
 func (l *Lease) SetObject(ctx context.Context, tx pgx.Tx, id string) error {
 	r := l.Record
-	tag, err := tx.Exec(ctx, setObjectSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, id)
-	if err != nil {
-		return fmt.Errorf("set object of %q: %w", r.Key, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("set object of %q: %w", r.Key, ErrLeaseLost)
+	if _, err := tx.Exec(ctx, setObjectSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, id); err != nil {
+		return fenceError(err, "set object of %q", r.Key)
 	}
 	l.Record.ObjectID = id
 	return nil

@@ -136,9 +136,12 @@ func step[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], 
 }
 
 // commitTx commits group in a transaction of its own, loading the run's
-// object in it first if the run has none in hand.
+// object in it first if the run has none in hand. The transaction is
+// pipelined (pipeTx): a run that has its object in hand sends the fence,
+// the arrows' writes, Finish and the commit in one exchange, or in as many
+// as the arrows' reads need.
 func commitTx[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], group []Arrow[S], from idempotency.RecoveryPoint) (reached idempotency.RecoveryPoint, err error) {
-	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+	err = inPipeTx(ctx, e.pool, func(tx *pipeTx) error {
 		first := group[0].To == op.Arrows[0].To
 		if first && run.ObjectID == "" && op.ObjectID != nil {
 			// A one-commit claim recorded no object: the first arrow names it.
@@ -151,7 +154,7 @@ func commitTx[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[
 			}
 			run.Object, run.loaded = obj, true
 		}
-		reached, err = commitArrows(ctx, e, tx, run, group, true, first)
+		reached, err = commitArrows(ctx, e, tx, run, group, true, first, nil)
 		if err == nil && run.again {
 			// Run.Again: the key stays where it was, fenced all the same
 			// (an Advance to the group's last point may have run first).
@@ -171,14 +174,26 @@ func commitTx[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[
 // transaction passes false for both, its new key row recording them
 // itself. A group that reaches done needs no Advance: Lease.Finish, in the
 // same transaction, is fenced, and nothing commits unless it matches.
-func commitArrows[S any](ctx context.Context, e *Engine, tx pgx.Tx, run *Run[S], group []Arrow[S], fence, setObject bool) (idempotency.RecoveryPoint, error) {
+//
+// later, if set, collects the arrows' runs instead of recording their spans
+// and metrics now (the claim's transaction, see arrowRun).
+func commitArrows[S any](ctx context.Context, e *Engine, tx pgx.Tx, run *Run[S], group []Arrow[S], fence, setObject bool, later *[]arrowRun) (idempotency.RecoveryPoint, error) {
 	if len(group) == 0 {
 		return "", nil
 	}
 	lease := run.Lease
 	last := group[len(group)-1].To
+	traced := func(to idempotency.RecoveryPoint, fn func(context.Context) error) error {
+		if later == nil {
+			return e.arrow(ctx, lease, to, fn)
+		}
+		r := arrowRun{to: to, start: time.Now()}
+		r.err = fn(ctx)
+		*later = append(*later, r)
+		return r.err
+	}
 	for k, a := range group {
-		err := e.arrow(ctx, lease, a.To, func(ctx context.Context) error {
+		err := traced(a.To, func(ctx context.Context) error {
 			if k == 0 && fence && last != idempotency.PointDone {
 				if err := lease.Advance(ctx, tx, last); err != nil {
 					return err

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -79,6 +79,7 @@ type Engine struct {
 
 	ops        []resumer
 	background sync.WaitGroup // releaseLater's goroutines
+	hints      *keyHints
 }
 
 // resumer is a registered operation, whatever its object type.
@@ -97,7 +98,7 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, cfg Config) (*Engine, erro
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Engine{pool: pool, keys: keys, cfg: cfg, log: log, tel: tel}, nil
+	return &Engine{pool: pool, keys: keys, cfg: cfg, log: log, tel: tel, hints: newKeyHints()}, nil
 }
 
 // Register makes op resumable by Resume. It panics on an operation that
@@ -145,25 +146,36 @@ func (e *Engine) Wait() { e.background.Wait() }
 func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64, key string, req idempotency.Canonical) (_ Result, err error) {
 	ctx, span := e.tel.tracer.Start(ctx, op.Span, trace.WithAttributes(attrTenant.Int64(tenantID)))
 	defer func() { endSpan(span, err) }()
-	// The fast path of a retry: a finished key, or one claimed for another
-	// request, never changes again, so a plain read answers it, with no
-	// transaction and no lock; nor does one waiting for its next scheduled
-	// attempt or for an operator need a lock to be told so. Anything else
-	// goes through the claim.
-	if rec, err := e.keys.Lookup(ctx, e.pool, tenantID, key); err == nil {
-		switch idempotency.Decide(rec, req.Fingerprint) {
-		case idempotency.Replay, idempotency.Mismatch, idempotency.NotDue, idempotency.Unresolved:
-			return existing(ctx, e, op, rec, req.Fingerprint)
-		}
-	} else if !errors.Is(err, idempotency.ErrNotFound) {
-		return Result{}, fmt.Errorf("%s: %w", op.Span, err)
-	}
-
 	// The claim, committed before any foreign call so that a duplicate gets
 	// 409 at once and the reaper can see the key. Folded into its
 	// transaction: the arrows before the first foreign call, whose
 	// recovery point and object the new key row records itself, so they
 	// need no fence of their own (the claim's commit is their commit).
+	//
+	// One exchange answers a new key and a retry alike: the claim, a
+	// check that it created the key, and the folded arrows' writes,
+	// queued in a pipelined transaction (pipeTx) that commits them
+	// together. A new key commits there. An existing key fails the check
+	// (idempotency.ErrKeyExists), which rolls the exchange back, and is
+	// answered from the row the claim read: a replay, a mismatch, an
+	// attempt not yet due or a request waiting for an operator cost that
+	// one exchange; an abandoned key goes on to its takeover.
+	//
+	// A key this process has seen before is probably a retry: it is read
+	// first (see keyHints), and the read answers the final decisions and
+	// the waits, which never need a lock; anything else goes on to the
+	// claim.
+	if e.hints.seen(tenantID, key) {
+		if rec, err := e.keys.Lookup(ctx, e.pool, tenantID, key); err == nil {
+			switch idempotency.Decide(rec, req.Fingerprint) {
+			case idempotency.Replay, idempotency.Mismatch, idempotency.NotDue, idempotency.Unresolved:
+				return existing(ctx, e, op, rec, req.Fingerprint)
+			}
+		} else if !errors.Is(err, idempotency.ErrNotFound) {
+			return Result{}, fmt.Errorf("%s: %w", op.Span, err)
+		}
+	}
+	e.hints.add(tenantID, key)
 	claim := idempotency.ClaimParams{TenantID: tenantID, Key: key, Request: req, TraceContext: traceContext(ctx)}
 	folded := op.group(0, e.cfg.OneCommitPerPhase, true)
 	run := &Run[S]{}
@@ -175,34 +187,38 @@ func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 		claim.ObjectID = run.ObjectID
 	}
 	var (
-		rec     idempotency.Record
-		created bool
+		q      *idempotency.QueuedClaim
+		arrows []arrowRun
 	)
-	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		var err error
-		if rec, created, err = e.keys.Claim(ctx, tx, claim); err != nil || !created {
-			return err
-		}
+	err = inPipeTx(ctx, e.pool, func(tx *pipeTx) error {
+		q = e.keys.QueueClaim(tx, claim)
+		run.Lease = q.Lease
 		if op.Admit != nil {
+			// Admit reads: its query goes out with the claim, in an
+			// explicit transaction, so a refusal rolls the claim back.
 			if err := op.Admit(ctx, tx, tenantID, req); err != nil {
-				created = false
+				if errors.Is(tx.err, idempotency.ErrKeyExists) {
+					return tx.err
+				}
 				return err
 			}
 		}
-		run.Lease = e.keys.LeaseOf(rec)
-		_, err = commitArrows(ctx, e, tx, run, folded, false, false)
+		_, err := commitArrows(ctx, e, tx, run, folded, false, false, &arrows)
 		return err
 	})
+	if errors.Is(err, idempotency.ErrKeyExists) && q.Found {
+		return existing(ctx, e, op, q.Existing, req.Fingerprint)
+	}
+	e.recordArrows(ctx, q.Lease, arrows, time.Now())
 	if err != nil {
-		if created && dbstate.Unavailable(err) {
-			// The commit's answer was lost with the database: the claim
-			// may have committed, holding the key for a whole lease.
-			e.releaseLater(e.keys.LeaseOf(rec), err)
+		if dbstate.Unavailable(err) && !q.Lease.Record.CreatedAt.IsZero() {
+			// The commit's answer was lost with the database after the
+			// claim's row was read: the claim may have committed, holding
+			// the key for a whole lease. (Lost before that row was read,
+			// the key, if it committed, waits out its lease.)
+			e.releaseLater(q.Lease, err)
 		}
 		return Result{}, fmt.Errorf("%s: %w", op.Span, dbstate.Wrap(err))
-	}
-	if !created {
-		return existing(ctx, e, op, rec, req.Fingerprint)
 	}
 	e.tel.countOutcome(ctx, string(OutcomeNew))
 	if err := e.crash(ctx, CrashAfterClaim); err != nil {

@@ -5,10 +5,14 @@
 // An operation (an Operation value) names its path, its recovery points and
 // one small function per arrow between them. The Engine runs it:
 //
-//   - the claim, with the fast path (a plain read answers a replay, a
-//     mismatch, an attempt not yet due and a request waiting for an
-//     operator without a transaction or a lock), Decide, and the takeover
-//     of an abandoned key;
+//   - the claim, one exchange that also reads an existing key (a plain
+//     lookup first for a key this process has seen: keyHints), whose
+//     row answers a replay, a mismatch, an attempt not yet due and a
+//     request waiting for an operator; Decide, and the takeover of an
+//     abandoned key;
+//   - pipelined transactions (pipeline.go): a transaction's statements,
+//     BEGIN and COMMIT included, go out in one exchange with the database
+//     plus one per read it cannot go on without;
 //   - the arrows, each fenced by the key's lock_version (Lease.Advance, or
 //     Lease.Finish for the last), in a span named after the point it
 //     reaches; arrows with no foreign call between them share one
@@ -89,6 +93,12 @@ type Arrow[S any] struct {
 	// Commit may end the request early with Run.Finish: an answer decided
 	// here (a request the object's state does not allow) is stored for
 	// replay in this same transaction.
+	//
+	// tx is pipelined (see pipeTx): its Exec is queued and answers an
+	// empty CommandTag, its errors surfacing at the next exchange, so a
+	// check that needs a statement's result reads it (QueryRow) or makes
+	// the statement fail; and what Exec's arguments point to must not
+	// change before the commit.
 	Commit func(ctx context.Context, tx pgx.Tx, run *Run[S]) error
 }
 

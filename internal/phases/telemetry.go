@@ -86,14 +86,42 @@ func (in *instruments) countOutcome(ctx context.Context, outcome string) {
 // arrow runs one arrow's statements in a span named after the recovery
 // point it reaches, and times it.
 func (e *Engine) arrow(ctx context.Context, lease *idempotency.Lease, to idempotency.RecoveryPoint, fn func(context.Context) error) error {
-	ctx, span := e.tel.tracer.Start(ctx, "phase "+string(to), trace.WithAttributes(
+	start := time.Now()
+	ctx, span := e.startArrow(ctx, lease, to, start)
+	err := fn(ctx)
+	e.endArrow(ctx, span, to, start, time.Now(), err)
+	return err
+}
+
+// arrowRun is an arrow run in the claim's transaction, whose span and
+// metric wait for that transaction's end (recordArrows): its writes are
+// queued with the claim and go out in one exchange, and they roll back
+// with it when the key exists, in which case no phase ran (a replay shows
+// none).
+type arrowRun struct {
+	to    idempotency.RecoveryPoint
+	start time.Time
+	err   error
+}
+
+// recordArrows records the spans and metrics of the arrows run in the
+// claim's transaction, which committed at end.
+func (e *Engine) recordArrows(ctx context.Context, lease *idempotency.Lease, runs []arrowRun, end time.Time) {
+	for _, r := range runs {
+		actx, span := e.startArrow(ctx, lease, r.to, r.start)
+		e.endArrow(actx, span, r.to, r.start, end, r.err)
+	}
+}
+
+func (e *Engine) startArrow(ctx context.Context, lease *idempotency.Lease, to idempotency.RecoveryPoint, start time.Time) (context.Context, trace.Span) {
+	return e.tel.tracer.Start(ctx, "phase "+string(to), trace.WithTimestamp(start), trace.WithAttributes(
 		attrTenant.Int64(lease.Record.TenantID),
 		attrRecoveryPoint.String(string(to)),
 		attrLockVersion.Int64(lease.Record.LockVersion),
 	))
-	defer span.End()
-	start := time.Now()
-	err := fn(ctx)
+}
+
+func (e *Engine) endArrow(ctx context.Context, span trace.Span, to idempotency.RecoveryPoint, start, end time.Time, err error) {
 	outcome := "ok"
 	switch {
 	case errors.Is(err, idempotency.ErrLeaseLost):
@@ -105,8 +133,8 @@ func (e *Engine) arrow(ctx context.Context, lease *idempotency.Lease, to idempot
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.SetAttributes(attrOutcome.String(outcome))
-	e.tel.phaseDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrPhase.String(string(to)), attrOutcome.String(outcome)))
-	return err
+	span.End(trace.WithTimestamp(end))
+	e.tel.phaseDuration.Record(ctx, end.Sub(start).Seconds(), metric.WithAttributes(attrPhase.String(string(to)), attrOutcome.String(outcome)))
 }
 
 // recordPSP times a PSP call by its result.

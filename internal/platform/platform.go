@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
@@ -88,7 +89,7 @@ func OpenPool(ctx context.Context, url string, tel *telemetry.Telemetry) (*pgxpo
 	if !strings.Contains(url, "pool_max_conns") {
 		cfg.MaxConns = PoolMaxConnsDefault
 	}
-	cfg.ConnConfig.Tracer = otelpgx.NewTracer(
+	cfg.ConnConfig.Tracer = exchangeTracer{otelpgx.NewTracer(
 		otelpgx.WithTracerProvider(tel.Tracer),
 		otelpgx.WithMeterProvider(tel.Meter),
 		// Span names are the trimmed SQL by default (WithTrimSQLInSpanName
@@ -100,13 +101,23 @@ func OpenPool(ctx context.Context, url string, tel *telemetry.Telemetry) (*pgxpo
 		// and told nothing the statement spans do not: make bench's
 		// instrumentation overhead counts every span's export.
 		otelpgx.WithDisableAcquireTracer(),
-	)
+	)}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
 	return pool, nil
 }
+
+// exchangeTracer is otelpgx's tracer with one span per batch, not one more
+// per statement in it. The phase engine sends each transaction as a batch
+// (phases, pipeline.go): one span per exchange with the database says
+// what a trace needs (how long the transaction waited on it), and the
+// statement spans under it, several per request, were most of the spans
+// a sampled request exported. A batch's errors still count, at its end.
+type exchangeTracer struct{ *otelpgx.Tracer }
+
+func (exchangeTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 
 // PSPClient returns a PSP client whose calls are traced and carry the W3C
 // trace context to the PSP, so one trace spans both processes. Its

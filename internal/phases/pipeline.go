@@ -1,0 +1,359 @@
+package phases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"weak"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+)
+
+// One round trip per transaction.
+//
+// A transaction run the plain way costs one exchange with the database per
+// statement, plus one for BEGIN and one for COMMIT: a new charge used to
+// cost about ten, each a wait on the network and a wake-up of both sides.
+// pipeTx, the pgx.Tx the engine hands to an operation, holds statements
+// back and sends them together, BEGIN and COMMIT included, so that a
+// transaction costs as many exchanges as it has results it needs before
+// it can go on, plus one:
+//
+//   - Exec is queued and answers an empty CommandTag: its error, if any,
+//     surfaces at the next exchange. A check that needs a result is made by
+//     the statement itself, which fails (the fences of
+//     idempotency.Lease, migrations/00013).
+//   - QueueRow (idempotency.Queuer) is queued too; its row is handed to a
+//     callback when the exchange that carries it is read.
+//   - Query, QueryRow and SendBatch need their answer now: they send what
+//     is queued, with a BEGIN before it if none was sent yet, and their own
+//     statements, in one exchange.
+//   - Commit sends what is left and the COMMIT in one exchange. If nothing
+//     was sent before, it sends no BEGIN and no COMMIT at all: the queued
+//     statements go out as one pipeline closed by one Sync, which
+//     PostgreSQL runs as one implicit transaction, committed at the Sync if
+//     every statement succeeded and rolled back whole if any failed. The
+//     connection is then idle either way: no ROLLBACK exchange follows a
+//     failure. This is what makes a replay cost one round trip: its claim
+//     fails (the key exists), and the lookup queued before it, whose answer
+//     was read before the failure, has what the client gets.
+//
+// The durable commits are the same as before: the statements that commit
+// together are the same, only how they travel changed.
+//
+// Arguments of a queued statement are encoded when it is sent: a caller
+// must not change what they point to before then.
+type pipeTx struct {
+	conn    *pgxpool.Conn
+	pending []queued
+	// open: a BEGIN went out, so the transaction ends with a COMMIT or a
+	// ROLLBACK of its own.
+	open bool
+	// err is the first error an exchange reported: the transaction is
+	// aborted, and only Rollback is left.
+	err    error
+	closed bool
+}
+
+type queued struct {
+	sql  string
+	args []any
+	scan func(pgx.Row) error // nil for an Exec
+}
+
+var _ pgx.Tx = (*pipeTx)(nil)
+var _ idempotency.Queuer = (*pipeTx)(nil)
+
+// errNested: operations get one transaction; savepoints are not pipelined.
+var errNested = errors.New("phases: nested transactions are not supported in a pipelined transaction")
+
+// inPipeTx runs fn in a pipelined transaction on a connection of pool, and
+// commits it if fn returns nil, rolls it back otherwise (like pgx.BeginFunc).
+func inPipeTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *pipeTx) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection left inside a transaction (a lost exchange, say) is
+	// destroyed by Release rather than reused.
+	defer conn.Release()
+	tx := &pipeTx{conn: conn}
+	if err := fn(tx); err != nil {
+		return errors.Join(err, tx.Rollback(ctx))
+	}
+	return tx.Commit(ctx)
+}
+
+// Exec queues sql; its error surfaces at the next exchange.
+func (t *pipeTx) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := t.usable(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	t.pending = append(t.pending, queued{sql: sql, args: args})
+	return pgconn.CommandTag{}, nil
+}
+
+// QueueRow queues sql; scan gets its row when the exchange is read.
+func (t *pipeTx) QueueRow(sql string, args []any, scan func(pgx.Row) error) {
+	if t.usable() == nil {
+		t.pending = append(t.pending, queued{sql: sql, args: args, scan: scan})
+	}
+}
+
+func (t *pipeTx) usable() error {
+	switch {
+	case t.closed:
+		return pgx.ErrTxClosed
+	case t.err != nil:
+		return fmt.Errorf("transaction aborted: %w", t.err)
+	}
+	return nil
+}
+
+// send sends what is queued, then tail, in one exchange, with a BEGIN
+// first unless implicit (Commit's single exchange) or one went out
+// already, and reads the queued statements' results. The caller reads
+// tail's and closes the results.
+func (t *pipeTx) send(ctx context.Context, tail []queued, implicit bool) (pgx.BatchResults, error) {
+	b := &pgx.Batch{}
+	begin := !implicit && !t.open
+	if begin {
+		b.Queue(beginSQL)
+	}
+	for _, q := range t.pending {
+		b.Queue(q.sql, q.args...)
+	}
+	for _, q := range tail {
+		b.Queue(q.sql, q.args...)
+	}
+	if err := t.prepare(ctx, b); err != nil {
+		t.pending = nil
+		t.err = err
+		return nil, err
+	}
+	pending := t.pending
+	t.pending = nil
+	results := t.conn.SendBatch(ctx, b)
+	if begin {
+		t.open = true
+		if _, err := results.Exec(); err != nil {
+			return nil, t.fail(results, err)
+		}
+	}
+	for _, q := range pending {
+		var err error
+		if q.scan != nil {
+			err = q.scan(results.QueryRow())
+		} else {
+			_, err = results.Exec()
+		}
+		if err != nil {
+			return nil, t.fail(results, err)
+		}
+	}
+	return results, nil
+}
+
+// prepare makes every statement of b a prepared statement of the
+// connection's own (pgx's Prepare with the SQL as its name), which costs an
+// exchange the first time a connection sees a statement and nothing after.
+//
+// Why not pgx's statement cache: a batch that fails invalidates every
+// statement in it from the cache, and the next use of each then costs an
+// exchange to deallocate and one to prepare again. A pipelined transaction
+// fails as a matter of course (a replay's claim, a lost fence), which
+// would make every replay cost three exchanges instead of one. Statements
+// prepared by name are not touched by that invalidation. The statements
+// sent through a pipeTx are constants, so the set a connection prepares is
+// bounded.
+//
+// Which statements a connection has prepared is remembered here rather
+// than asked of pgx: its Prepare answers an already prepared statement
+// from its own map too, but traces every call (a span each, with
+// otelpgx), which would add a span per statement per exchange.
+func (t *pipeTx) prepare(ctx context.Context, b *pgx.Batch) error {
+	conn := t.conn.Conn()
+	done := preparedOn(conn)
+	for _, q := range b.QueuedQueries {
+		if _, ok := done[q.SQL]; ok {
+			continue
+		}
+		if _, err := conn.Prepare(ctx, q.SQL, q.SQL); err != nil {
+			return fmt.Errorf("prepare: %w", err)
+		}
+		done[q.SQL] = struct{}{}
+	}
+	return nil
+}
+
+// prepared maps a connection, weakly, to the statements prepare made on
+// it. The set of a connection is only touched by whoever holds the
+// connection, one goroutine at a time; its entry goes when the connection
+// is garbage collected.
+var prepared sync.Map // weak.Pointer[pgx.Conn] → map[string]struct{}
+
+func preparedOn(conn *pgx.Conn) map[string]struct{} {
+	key := weak.Make(conn)
+	if v, ok := prepared.Load(key); ok {
+		return v.(map[string]struct{})
+	}
+	set := map[string]struct{}{}
+	prepared.Store(key, set)
+	runtime.AddCleanup(conn, func(k weak.Pointer[pgx.Conn]) { prepared.Delete(k) }, key)
+	return set
+}
+
+// The transaction control statements of an explicit pipelined transaction.
+const (
+	beginSQL    = "BEGIN"
+	commitSQL   = "COMMIT"
+	rollbackSQL = "ROLLBACK"
+)
+
+// fail closes results and records err as the transaction's.
+func (t *pipeTx) fail(results pgx.BatchResults, err error) error {
+	_ = results.Close() // the first error is err; the rest were skipped by the server
+	t.err = idempotency.TranslateError(err)
+	return t.err
+}
+
+// Query sends what is queued and sql in one exchange.
+func (t *pipeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.usable(); err != nil {
+		return nil, err
+	}
+	results, err := t.send(ctx, []queued{{sql: sql, args: args}}, false)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := results.Query()
+	if err != nil {
+		return nil, t.fail(results, err)
+	}
+	return &pipeRows{Rows: rows, results: results, tx: t}, nil
+}
+
+// QueryRow is Query for one row.
+func (t *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, err := t.Query(ctx, sql, args...)
+	return &pipeRow{rows: rows, err: err}
+}
+
+// SendBatch sends what is queued and b's statements in one exchange; the
+// caller reads b's results and closes them.
+func (t *pipeTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := t.usable(); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	tail := make([]queued, len(b.QueuedQueries))
+	for i, q := range b.QueuedQueries {
+		tail[i] = queued{sql: q.SQL, args: q.Arguments}
+	}
+	results, err := t.send(ctx, tail, false)
+	if err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return &pipeBatchResults{BatchResults: results, tx: t}
+}
+
+// Commit sends what is queued and the commit in one exchange (see pipeTx).
+func (t *pipeTx) Commit(ctx context.Context) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	if t.err != nil {
+		return errors.Join(t.err, t.Rollback(ctx))
+	}
+	if !t.open {
+		t.closed = true
+		if len(t.pending) == 0 {
+			return nil
+		}
+		results, err := t.send(ctx, nil, true)
+		if err != nil {
+			return err
+		}
+		return idempotency.TranslateError(results.Close())
+	}
+	results, err := t.send(ctx, []queued{{sql: commitSQL}}, false)
+	if err != nil {
+		return errors.Join(err, t.Rollback(ctx))
+	}
+	tag, err := results.Exec()
+	if cerr := results.Close(); err == nil {
+		err = cerr
+	}
+	t.closed = true
+	if err != nil {
+		return idempotency.TranslateError(err)
+	}
+	if tag.String() == "ROLLBACK" {
+		// The server refused to commit a transaction a statement
+		// failed in, after that statement's results were read.
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+// Rollback ends the transaction without committing. It costs an exchange
+// only if a BEGIN went out.
+func (t *pipeTx) Rollback(ctx context.Context) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	t.closed, t.pending = true, nil
+	if !t.open || t.conn.Conn().PgConn().IsClosed() || t.conn.Conn().PgConn().TxStatus() == 'I' {
+		return nil
+	}
+	_, err := t.conn.Exec(ctx, rollbackSQL)
+	return err
+}
+
+// Begin: see errNested.
+func (t *pipeTx) Begin(context.Context) (pgx.Tx, error) { return nil, errNested }
+
+// CopyFrom sends what is queued first.
+func (t *pipeTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.flush(ctx); err != nil {
+		return 0, err
+	}
+	return t.conn.CopyFrom(ctx, table, cols, src)
+}
+
+// LargeObjects are not supported: phasepay stores none, and the zero
+// value returned fails on use.
+func (t *pipeTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+
+// Prepare sends what is queued first.
+func (t *pipeTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.conn.Conn().Prepare(ctx, name, sql)
+}
+
+// Conn is the transaction's connection. Statements sent on it directly
+// overtake the queued ones: send them through the transaction.
+func (t *pipeTx) Conn() *pgx.Conn { return t.conn.Conn() }
+
+// flush sends what is queued, opening the transaction.
+func (t *pipeTx) flush(ctx context.Context) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	results, err := t.send(ctx, nil, false)
+	if err != nil {
+		return err
+	}
+	if err := results.Close(); err != nil {
+		t.err = idempotency.TranslateError(err)
+		return t.err
+	}
+	return nil
+}
