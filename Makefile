@@ -49,11 +49,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/jsonbody
 	$(GO) test -run '^$$' -fuzz '^FuzzEqualFingerprintsParseToEqualParams$$' -fuzztime $(FUZZTIME) ./internal/charges
 
-## chaos: the long chaos run: 2,000 intents living whole payment lives (capture, refunds, void) and a webhook sink with its own faults, workers killed and frozen under PSP faults (final failures, lost answers after a 2s key TTL, failed lookups, outages), PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432)
+## chaos: the long chaos run: 2,000 intents living whole payment lives (capture, refunds, void) and a webhook sink with its own faults, workers killed and frozen under PSP faults (final failures, lost answers after a 2s key TTL, failed lookups, outages), PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432); then 1,000 intents routed between three mock PSPs, each in turn down, refusing or dropping answers
 CHAOS_SEED ?= 1
 CHAOS_DB_RESTARTS ?= 3
 chaos: pg
 	$(GO) run ./cmd/chaos -seed $(CHAOS_SEED) -intents 2000 -db-restarts $(CHAOS_DB_RESTARTS) -json bench/results/chaos.json
+	$(GO) run ./cmd/chaos -seed $(CHAOS_SEED) -intents 1000 -psps 3 -db-restarts 1 -json bench/results/chaos-routing.json
 
 ## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/
 bench: build pg

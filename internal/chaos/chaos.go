@@ -132,6 +132,9 @@ type Config struct {
 	// KeepDatabase leaves the run's database on AdminURL for inspection.
 	// A throw-away cluster (DBRestarts > 0) is always removed.
 	KeepDatabase bool
+	// PSPs, above 1, routes between that many mock PSPs (routing.go), one
+	// of them down, refusing or dropping answers for stretches. Default 1.
+	PSPs int
 }
 
 func (c *Config) defaults() {
@@ -211,6 +214,9 @@ type Summary struct {
 	// webhook sink received (webhooksink.go, webhookcheck.go).
 	Lives    LifeStats    `json:"lives"`
 	Webhooks WebhookStats `json:"webhooks"`
+	// Routing: failovers, breakers and stretches with several PSPs
+	// (routing.go); nil with one.
+	Routing *RoutingStats `json:"routing,omitempty"`
 }
 
 // intent is one user intent and the first final answer it got.
@@ -292,12 +298,21 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := waitUp(ctx, pspURL+"/_admin/authorizations"); err != nil {
 		return nil, fmt.Errorf("mock psp: %w\n%s", err, mock.logText())
 	}
+	// Several PSPs (routing.go): the mock above is the primary, and the
+	// checks read all of them through one admin view.
+	psps, err := startPSPs(ctx, &cfg, bin("mockpsp"), pspURL)
+	if err != nil {
+		return nil, err
+	}
+	defer psps.stop()
+	pspURL = psps.viewOr(pspURL)
 
 	// The workers, each restarted whenever it dies, and the reapers. Each
 	// process's connections carry its name (application_name), so the
 	// harness can see in pg_stat_activity who reconnected after a restart.
 	common := map[string]string{"PSP_URL": pspURL, "LEASE": cfg.Lease.String(), "WEBHOOK_ALLOW_PRIVATE": "1",
 		"RETRY_BASE": cfg.RetryBase.String(), "RETRY_MAX": cfg.RetryMax.String(), "GIVE_UP_AFTER": cfg.GiveUpAfter.String()}
+	psps.wire(common)
 	crash := fmt.Sprintf("after_claim=%[1]v,after_charge_created=%[1]v,after_psp_call=%[1]v,after_psp_authorized=%[1]v,"+
 		"after_capture_started=%[1]v,after_psp_captured=%[1]v,after_void_started=%[1]v,after_psp_voided=%[1]v,"+
 		"after_refund_created=%[1]v,after_psp_refunded=%[1]v", cfg.CrashProbability)
@@ -451,8 +466,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			wg.Go(func() {
 				for it := range work {
 					drive(ctx, cl, it)
-					ops.live(ctx, it)
-					finished.Add(1)
+					ops.goLive(ctx, it, func() { finished.Add(1) })
 				}
 			})
 		}
@@ -461,6 +475,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 		close(work)
 		wg.Wait()
+		ops.wait()
 	}()
 
 	// The database's restarts, on a schedule of their own.
@@ -477,6 +492,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	outages := &pspOutages{cfg: &cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x6f757467)), pspURL: pspURL}
 	outagesDone := make(chan error, 1)
 	go func() { outagesDone <- outages.run(ctx, clientsDone, cfg.Progress) }()
+	psps.startStretches(ctx, clientsDone, cfg.Progress, transport, apiKey)
 
 	// The chaos controller.
 	chaosDone := make(chan struct{})
@@ -604,6 +620,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	sum.Lives.Attempts = ops.attempts.Load()
 	if err := verifyLives(ctx, pool, pspURL, transport, apiKey, intents, &sum.Lives, violate); err != nil {
+		return nil, err
+	}
+	if err := psps.verify(ctx, pool, append(slices.Clone(workers), reapers...), sum, violate); err != nil {
 		return nil, err
 	}
 	// After the replays, so a process that dies by itself at any point
@@ -785,6 +804,7 @@ func (s *Summary) Table() string {
 	row("PSP authorizations", s.Authorizations)
 	row("replays checked byte for byte", s.Replays)
 	s.livesAndWebhooksRows(row)
+	s.routingRows(row)
 	row("duration", s.Duration)
 	row("violations", len(s.Violations))
 	for _, v := range s.Violations {

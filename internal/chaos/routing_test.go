@@ -1,0 +1,96 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/internal/chaos"
+	"github.com/phasepay/phasepay/internal/testdb"
+)
+
+// A short seeded run across three mock PSPs: each in turn down, refusing
+// or dropping answers for stretches, and the ordinary faults besides, with
+// workers killed, frozen and crashed at every attempt boundary. At most one
+// PSP may hold an authorization for any charge, the charge must record that
+// one, and a declined charge must never reach a second PSP; failovers and
+// the breakers must have been exercised.
+func TestChaosRoutingShortRun(t *testing.T) {
+	t.Parallel()
+	dirs, err := binaries()
+	require.NoError(t, err)
+	sum, err := chaos.Run(context.Background(), chaos.Config{
+		Seed:             5,
+		Intents:          120,
+		Concurrency:      12,
+		CrashProbability: 0.03,
+		RejectRate:       0.05,
+		KeyTTL:           time.Second,
+		GiveUpAfter:      20 * time.Second,
+		PSPs:             3,
+		BinDir:           dirs["chaos"],
+		AdminURL:         testdb.Admin(t),
+	})
+	require.NoError(t, err)
+	t.Logf("\n%s\n%s", sum.Table(), sum.Line())
+	require.Empty(t, sum.Violations)
+	require.Equal(t, 120, sum.Authorized+sum.Declined+sum.Failed+sum.NeedsAttention)
+	require.NotNil(t, sum.Routing)
+	require.Equal(t, 3, sum.Routing.PSPs)
+	require.LessOrEqual(t, sum.Routing.PSPsPerCharge, 1)
+	require.Positive(t, sum.Routing.Failovers, "no charge failed over")
+	require.Positive(t, sum.Routing.BreakerOpenings, "no breaker opened")
+	require.Positive(t, sum.Routing.RoutedAround, "no new charge was routed around an open breaker")
+	require.Positive(t, sum.Kills+sum.Pauses)
+}
+
+// defectiveRouting builds, once, the binaries whose charges fail over on
+// an unknown outcome (tag defect_failover_on_unknown).
+var defectiveRouting = sync.OnceValues(func() (string, error) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "phasepay-chaos-failover-defect-")
+	if err != nil {
+		return "", err
+	}
+	return dir, chaos.Build(context.Background(), root, dir, "defect_failover_on_unknown")
+})
+
+// Proof that the routing checks can fail: a build that takes an unknown
+// outcome for a refusal moves charges whose answer was lost (and whose
+// lookup failed) to the next PSP, which authorizes them again; the harness
+// must find charges authorized at two PSPs.
+func TestChaosRoutingCatchesFailoverOnUnknown(t *testing.T) {
+	t.Parallel()
+	dir, err := defectiveRouting()
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, err)
+	sum, err := chaos.Run(context.Background(), chaos.Config{
+		Seed:             13,
+		Intents:          60,
+		Concurrency:      8,
+		CrashProbability: 0.01,
+		DropRate:         0.3,
+		LookupErrorRate:  0.6,
+		PSPs:             3,
+		BinDir:           dir,
+		AdminURL:         testdb.Admin(t),
+	})
+	require.NoError(t, err)
+	t.Logf("\n%s", sum.Table())
+	found := false
+	for _, v := range sum.Violations {
+		if strings.Contains(v, "authorized at 2 PSPs") {
+			found = true
+		}
+	}
+	require.True(t, found, "violations: %v", sum.Violations)
+}
