@@ -131,6 +131,24 @@ func verify(ctx context.Context, pool *pgxpool.Pool, pspURL string, transport ht
 	// a declined one only declines; a failed one nothing authorized at
 	// all; a pending (needs_attention) one at most one, for the operator
 	// to find.
+	// The mock's request log, before the replays: every request the PSP
+	// received, for the counts, and to prove that replays call nothing.
+	var log struct{ Data []pspRequest }
+	if err := getJSON(ctx, pspURL+"/_admin/requests", &log); err != nil {
+		return fmt.Errorf("verify: request log: %w", err)
+	}
+	countRequests(sum, log.Data)
+	// history says what the PSP received for a charge, for a violation
+	// about it to show.
+	history := func(id string) string {
+		var b strings.Builder
+		for _, r := range log.Data {
+			if r.Reference == id {
+				fmt.Fprintf(&b, "\n\t\t%s %s %s key=%s → %d", r.At, r.Method, r.Path, r.IdempotencyKey, r.Status)
+			}
+		}
+		return b.String()
+	}
 	var ledger struct {
 		Data []struct {
 			ID, IdempotencyKey, Reference, Status string
@@ -155,9 +173,9 @@ func verify(ctx context.Context, pool *pgxpool.Pool, pspURL string, transport ht
 		n, authorized := authsByCharge[id], authorizedByCharge[id]
 		switch {
 		case n > 1:
-			violate("charge %s: authorized %d times by the PSP", id, n)
+			violate("charge %s: authorized %d times by the PSP%s", id, n, history(id))
 		case authorized > 0 && (status == "failed" || status == "declined"):
-			violate("charge %s: %s, but authorized at the PSP", id, status)
+			violate("charge %s: %s, but authorized at the PSP%s", id, status, history(id))
 		case lived(status) && authorized != 1:
 			violate("charge %s: authorized without a PSP authorization", id)
 		case status == "declined" && n == 0:
@@ -177,13 +195,6 @@ func verify(ctx context.Context, pool *pgxpool.Pool, pspURL string, transport ht
 		return fmt.Errorf("verify: %w", err)
 	}
 
-	// The mock's request log, before the replays: every request the PSP
-	// received, for the counts, and to prove that replays call nothing.
-	var log struct{ Data []pspRequest }
-	if err := getJSON(ctx, pspURL+"/_admin/requests", &log); err != nil {
-		return fmt.Errorf("verify: request log: %w", err)
-	}
-	countRequests(sum, log.Data)
 
 	// Every replay is byte-identical to the first final answer; a
 	// needs_attention key answers 503 payment_unresolved again. Neither
@@ -262,7 +273,9 @@ type pspRequest struct {
 	Method         string `json:"method"`
 	Path           string `json:"path"`
 	IdempotencyKey string `json:"idempotency_key"`
+	Reference      string `json:"reference"`
 	Status         int    `json:"status"`
+	At             string `json:"at"`
 }
 
 // countRequests fills the summary's counts from the mock's request log:

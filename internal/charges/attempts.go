@@ -31,8 +31,13 @@ import (
 // What a refusal proves rests on the PSP's idempotency: a 400, 404 or 422
 // under a key says that nothing was done, and will be, under that key. A
 // PSP still working on an earlier request under the same key answers 409
-// (busy: the charge stays and is sent again later), never 400; the mock
-// acts on a request before it answers anything, so it has no such window.
+// (busy: the charge stays and is sent again later), never 400; and a
+// refusal is deterministic: an earlier request under the key that reaches
+// the PSP only after the refusal (sent by a worker that stalled, then lost
+// its lease) is refused too. The mock keeps both promises (psp,
+// TestRefusedKeyIsRefusedWhenItsLateRequestArrives); the chaos run once
+// caught a refusal recorded as final while a stalled duplicate then
+// authorized at a mock that rolled its refusals per request.
 
 // Routes is the PSPs as a charge's authorization sees them
 // (*routing.Router); a plain Authorizer is one PSP, named "default".

@@ -161,6 +161,7 @@ type Mock struct {
 	keys     map[opKey]*record   // keys remembered, possibly past keyTTL (see remembered)
 	ledger   []*record           // every operation, in creation order, for ever
 	byRef    map[opKey][]*record // ledger by kind and reference, for lookups
+	refused  map[opKey]bool      // keys answered with a reject_rate refusal, forever (see reject)
 	byAuth   map[string]*authState
 	requests []RequestEntry
 	injected Injected
@@ -226,6 +227,7 @@ func newMock(cfg MockConfig, src rand.Source) (*Mock, error) {
 		attempts: make(map[string]int),
 		keys:     make(map[opKey]*record),
 		byRef:    make(map[opKey][]*record),
+		refused:  make(map[opKey]bool),
 		byAuth:   make(map[string]*authState),
 	}
 	if m.now == nil {
@@ -341,6 +343,26 @@ func (m *Mock) roll(rate float64) bool {
 	return rate > 0 && m.rand.Float64() < rate
 }
 
+// reject answers the reject_rate refusal of a request that would act. A
+// refusal is deterministic, as a real PSP's is (the same request is
+// refused again): a key once refused is refused on every later request,
+// however late it arrives, and never acts. Without that, a request under
+// the key still on its way from a stalled worker (sent before the refusal,
+// arriving after it) could act at the PSP after phasepay recorded the
+// refusal as final, which no real PSP's refusal allows and phasepay's
+// outcome classes assume (charges, attempts.go). mu must be held.
+func (m *Mock) reject(kind opKind, key string, f Faults) (outcome, bool) {
+	k := opKey{kind, key}
+	if !m.refused[k] && !m.roll(f.RejectRate) {
+		return outcome{}, false
+	}
+	if !m.refused[k] {
+		m.injected.Rejects++
+		m.refused[k] = true
+	}
+	return outcome{status: http.StatusBadRequest, code: "rejected", msg: "injected fault (reject_rate)"}, true
+}
+
 // remembered returns the record of a key the mock still remembers,
 // forgetting it if its TTL has passed; mu must be held.
 func (m *Mock) remembered(kind opKind, key string) (*record, bool) {
@@ -388,9 +410,8 @@ func (m *Mock) authorize(key string, req authorizeBody, f Faults) outcome {
 	case ok && rec.body != any(req):
 		return outcome{status: http.StatusUnprocessableEntity, code: "idempotency_key_mismatch", msg: errKeyReused.Error()}
 	case !ok:
-		if m.roll(f.RejectRate) {
-			m.injected.Rejects++
-			return outcome{status: http.StatusBadRequest, code: "rejected", msg: "injected fault (reject_rate)"}
+		if refusal, ok := m.reject(opAuthorization, key, f); ok {
+			return refusal
 		}
 		rec = &record{
 			kind: opAuthorization, key: key, at: m.now(), body: req,

@@ -223,3 +223,24 @@ func TestMockNameInAdminFaults(t *testing.T) {
 		require.Equal(t, name, out["name"])
 	}
 }
+
+// TestRefusedKeyIsRefusedWhenItsLateRequestArrives: a request under a key
+// the mock refused (reject_rate) is refused again, even with no fault set,
+// as a real PSP refuses the same request again: a late duplicate from a
+// stalled worker never acts after phasepay recorded the refusal as final.
+func TestRefusedKeyIsRefusedWhenItsLateRequestArrives(t *testing.T) {
+	t.Parallel()
+	b := setupMock(t, Faults{RejectRate: 1})
+	status, _ := b.authorize(t, "k1", visaBody)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.NoError(t, b.mock.SetFaults(Faults{}))
+
+	status, out := b.authorize(t, "k1", visaBody)
+	require.Equal(t, http.StatusBadRequest, status, "the late request under the refused key")
+	require.Equal(t, "rejected", out["error"].(map[string]any)["code"])
+	require.Empty(t, b.mock.Authorizations(), "nothing acted under a refused key")
+	require.Equal(t, Injected{Rejects: 1}, b.mock.Injected())
+
+	status, _ = b.authorize(t, "k2", visaBody)
+	require.Equal(t, http.StatusOK, status, "another key acts")
+}

@@ -137,9 +137,8 @@ func (m *Mock) operate(kind opKind, key string, body operationBody, f Faults) ou
 		}
 		return m.answer(rec.op, f)
 	}
-	if m.roll(f.RejectRate) {
-		m.injected.Rejects++
-		return outcome{status: http.StatusBadRequest, code: "rejected", msg: "injected fault (reject_rate)"}
+	if refusal, ok := m.reject(kind, key, f); ok {
+		return refusal
 	}
 	st := m.byAuth[body.Authorization]
 	if st == nil {
