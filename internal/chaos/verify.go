@@ -195,7 +195,6 @@ func verify(ctx context.Context, pool *pgxpool.Pool, pspURL string, transport ht
 		return fmt.Errorf("verify: %w", err)
 	}
 
-
 	// Every replay is byte-identical to the first final answer; a
 	// needs_attention key answers 503 payment_unresolved again. Neither
 	// calls the PSP.
