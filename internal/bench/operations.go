@@ -21,13 +21,17 @@ const (
 	refundAmount     = 100
 )
 
-// authorizedSQL lists the charges a capture may take: authorized, with no
-// capture or void claimed.
-const authorizedSQL = `SELECT id FROM charges WHERE status = 'authorized' AND settlement IS NULL ORDER BY id`
+// authorizedSQL lists the charges a capture may take: authorized by this
+// level's authorization load ($1, its keys' prefix: the database also holds
+// the charges of earlier steps, some of other tenants, which would answer
+// 404), with no capture or void claimed.
+const authorizedSQL = `SELECT id FROM charges
+ WHERE idempotency_key LIKE $1 AND status = 'authorized' AND settlement IS NULL ORDER BY id`
 
-// capturedSQL lists the charges a refund may take: captured, nothing
-// refunded or being refunded yet.
-const capturedSQL = `SELECT id FROM charges WHERE status = 'captured' AND amount_refunded = 0 AND amount_refunding = 0 ORDER BY id`
+// capturedSQL lists the charges a refund may take: captured by this level's
+// load, nothing refunded or being refunded yet.
+const capturedSQL = `SELECT id FROM charges
+ WHERE idempotency_key LIKE $1 AND status = 'captured' AND amount_refunded = 0 AND amount_refunding = 0 ORDER BY id`
 
 // operations measures, per level: new charges authorized for 1.5 × the
 // duration (not measured), then captures of those charges (each its own
@@ -45,7 +49,8 @@ func (e *env) operations(ctx context.Context, res *Results) error {
 		auth := load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration*3/2, http.StatusCreated, func(w, i int) request {
 			return request{keyf("op-auth-%d-%d-%d", c, w, i), []byte(visa)}
 		}, nil)
-		ids, err := e.chargeIDs(ctx, authorizedSQL)
+		prefix := fmt.Sprintf("op-auth-%d-%%", c)
+		ids, err := e.chargeIDs(ctx, authorizedSQL, prefix)
 		if err != nil {
 			return err
 		}
@@ -58,7 +63,7 @@ func (e *env) operations(ctx context.Context, res *Results) error {
 		res.Captures = append(res.Captures, r)
 		e.log("  captures, %2d clients: %.0f/s, p50 %.2f ms, p99 %.2f ms (%d charges authorized)", c, r.PerSec, r.Latency.P50, r.Latency.P99, len(ids))
 
-		if ids, err = e.chargeIDs(ctx, capturedSQL); err != nil {
+		if ids, err = e.chargeIDs(ctx, capturedSQL, prefix); err != nil {
 			return err
 		}
 		if len(ids) == 0 {
@@ -95,8 +100,8 @@ func (e *env) drain(ctx context.Context, base string, clients, want, total int, 
 }
 
 // chargeIDs runs one of the queries above.
-func (e *env) chargeIDs(ctx context.Context, sql string) ([]string, error) {
-	rows, err := e.pool.Query(ctx, sql)
+func (e *env) chargeIDs(ctx context.Context, sql, keyPrefix string) ([]string, error) {
+	rows, err := e.pool.Query(ctx, sql, keyPrefix)
 	if err != nil {
 		return nil, err
 	}
