@@ -58,13 +58,7 @@ func (s *server) runIdempotent(w http.ResponseWriter, r *http.Request,
 		s.writeError(w, r, err)
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			s.writeError(w, r, errContentType)
-			return
-		}
-	}
-	body, err := io.ReadAll(r.Body)
+	body, err := readJSONBody(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -140,4 +134,15 @@ func (s *server) listCharges(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeList(w, "/v1/charges", cs, p.Limit)
+}
+
+// readJSONBody reads the body of a POST whose Content-Type, when sent, must
+// be application/json (errContentType otherwise).
+func readJSONBody(r *http.Request) ([]byte, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return nil, errContentType
+		}
+	}
+	return io.ReadAll(r.Body)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -62,13 +60,7 @@ func (s *server) createWebhookEndpoint(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			s.writeError(w, r, errContentType)
-			return
-		}
-	}
-	body, err := io.ReadAll(r.Body)
+	body, err := readJSONBody(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
