@@ -21,12 +21,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -762,12 +762,7 @@ func (s *Summary) Table() string {
 	row("  needs_attention (with reason)", s.NeedsAttention)
 	row("  without an end", s.Unfinished)
 	row("client attempts", s.Attempts)
-	classes := make([]string, 0, len(s.FailedAttempts))
-	for c := range s.FailedAttempts {
-		classes = append(classes, c)
-	}
-	sort.Strings(classes)
-	for _, c := range classes {
+	for _, c := range slices.Sorted(maps.Keys(s.FailedAttempts)) {
 		row("  "+c, s.FailedAttempts[c])
 	}
 	row("workers killed (SIGKILL)", s.Kills)
@@ -778,11 +773,6 @@ func (s *Summary) Table() string {
 	row("  slowest recovery of all procs", s.DBMaxRecovery)
 	row("unplanned exits (api, reaper)", s.UnplannedExits)
 	row("reaper probe: key finished in", cmp.Or(s.ReaperProbe, "not run"))
-	points := make([]string, 0, len(s.CrashPoints))
-	for p := range s.CrashPoints {
-		points = append(points, p)
-	}
-	sort.Strings(points)
 	for _, p := range []string{string(charges.CrashAfterClaim), string(charges.CrashAfterChargeCreated), string(charges.CrashAfterPSPCall), string(charges.CrashAfterPSPAuthorized),
 		"after_capture_started", "after_psp_captured", "after_void_started", "after_psp_voided", "after_refund_created", "after_psp_refunded"} {
 		row("crash point "+p, s.CrashPoints[p])

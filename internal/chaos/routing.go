@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -419,12 +420,7 @@ func (s *Summary) routingRows(row func(string, any)) {
 	row("  routed around an open breaker", r.RoutedAround)
 	row("  breaker openings (all procs)", r.BreakerOpenings)
 	row("  max PSPs holding one charge", r.PSPsPerCharge)
-	names := make([]string, 0, len(r.ChargesAt))
-	for n := range r.ChargesAt {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(r.ChargesAt)) {
 		row("  charges at "+n, r.ChargesAt[n])
 	}
 }
