@@ -5,3 +5,7 @@ import "strings"
 // DueKeysSQLForTest is the reaper's pick of due keys (a batch of 20), for
 // the plan test.
 var DueKeysSQLForTest = strings.Replace(dueKeysSQL, "$1", "20", 1)
+
+// DueKeysSQLGenericForTest is the pick as sent, its batch size a
+// parameter, for the plan test's generic plan.
+var DueKeysSQLGenericForTest = dueKeysSQL
