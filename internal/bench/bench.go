@@ -23,6 +23,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/phasepay/phasepay/internal/platform"
 )
 
 // Config configures a run.
@@ -161,9 +163,12 @@ type env struct {
 	partsURL string
 	admin    *pgx.Conn
 	pool     *pgxpool.Pool
-	apiKey   string
-	hc       *http.Client
-	log      func(format string, args ...any)
+	// claims is a pool on dbURL opened like the api's (apiPool), for the
+	// claims timed directly (growth, drop impact).
+	claims *pgxpool.Pool
+	apiKey string
+	hc     *http.Client
+	log    func(format string, args ...any)
 }
 
 // Run runs the whole benchmark.
@@ -273,14 +278,35 @@ func (e *env) setup(ctx context.Context) error {
 	}
 	u.Path = "/" + partsDB
 	e.partsURL = u.String()
-	e.pool, err = pgxpool.New(ctx, e.dbURL)
+	if e.pool, err = pgxpool.New(ctx, e.dbURL); err != nil {
+		return err
+	}
+	e.claims, err = apiPool(ctx, e.dbURL)
 	return err
+}
+
+// apiPool opens a pool on url the way the api opens its own
+// (platform.ConfigurePool: its timeouts and its plan cache mode, which
+// decides whether a claim's statements are planned at every execution),
+// so that the claims the benchmark times directly cost what the api's do.
+// Seeding and other set-up use a plain pool: a 10 M-key seed runs for
+// minutes, past the api's statement_timeout.
+func apiPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	platform.ConfigurePool(cfg, url)
+	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
 // partsDB is the database of the claim-by-partitions step.
 const partsDB = "phasepay_bench_parts"
 
 func (e *env) teardown() {
+	if e.claims != nil {
+		e.claims.Close()
+	}
 	if e.pool != nil {
 		e.pool.Close()
 	}

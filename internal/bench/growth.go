@@ -103,7 +103,7 @@ func (e *env) growth(ctx context.Context, res *Results) error {
 		var claims []time.Duration
 		for i := range 2000 {
 			t := time.Now()
-			tx, err := e.pool.Begin(ctx)
+			tx, err := e.claims.Begin(ctx)
 			if err != nil {
 				return err
 			}

@@ -90,6 +90,12 @@ func (e *env) claimByPartitions(ctx context.Context, res *Results) error {
 		return err
 	}
 	defer pool.Close()
+	// The claims and lookups timed below run on a pool like the api's.
+	api, err := apiPool(ctx, e.partsURL)
+	if err != nil {
+		return err
+	}
+	defer api.Close()
 	tenant, err := tenantID(ctx, pool)
 	if err != nil {
 		return err
@@ -155,11 +161,11 @@ func (e *env) claimByPartitions(ctx context.Context, res *Results) error {
 				return err
 			}
 			t := time.Now()
-			if _, err := store.Lookup(ctx, pool, tenant, p.Key); err == nil {
+			if _, err := store.Lookup(ctx, api, tenant, p.Key); err == nil {
 				return fmt.Errorf("lookup of %q found a key", p.Key)
 			}
 			l := time.Since(t)
-			c, err := claimOnce(ctx, pool, store, p)
+			c, err := claimOnce(ctx, api, store, p)
 			if err != nil {
 				return err
 			}

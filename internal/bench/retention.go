@@ -67,7 +67,7 @@ func (e *env) retention(ctx context.Context, res *Results) error {
 
 	// Claims of new keys, one after the other, for as long as the drop
 	// below will take (at least 3 s), without it: the reference.
-	quiet, err := measureClaimsWhile(ctx, e.pool, tenantID, "quiet", 3*time.Second, func() error { return nil })
+	quiet, err := measureClaimsWhile(ctx, e.claims, tenantID, "quiet", 3*time.Second, func() error { return nil })
 	if err != nil {
 		return fmt.Errorf("claims without the drop: %w", err)
 	}
@@ -78,7 +78,7 @@ func (e *env) retention(ctx context.Context, res *Results) error {
 	if err != nil {
 		return err
 	}
-	during, err := measureClaimsWhile(ctx, e.pool, tenantID, "during-drop", 0, func() error {
+	during, err := measureClaimsWhile(ctx, e.claims, tenantID, "during-drop", 0, func() error {
 		t1 := time.Now()
 		if _, err := conn.Exec(ctx, `ALTER TABLE idempotency_keys DETACH PARTITION idempotency_keys_p20200101 CONCURRENTLY`); err != nil {
 			return err
