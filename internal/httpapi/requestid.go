@@ -36,8 +36,17 @@ func requestID(next http.Handler) http.Handler {
 			id = newRequestID()
 		}
 		w.Header().Set(RequestIDHeader, id)
-		trace.SpanFromContext(r.Context()).SetAttributes(attribute.String("phasepay.request_id", id))
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), middleware.RequestIDKey, id)))
+		// A span that records nothing (tracing off) would drop the
+		// attribute anyway; the check spares building it.
+		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+			span.SetAttributes(attribute.String("phasepay.request_id", id))
+		}
+		// The request log's requestInfo (logRequests, next in the chain)
+		// goes into the same derived request: every r.WithContext copies
+		// the whole request.
+		ctx := context.WithValue(r.Context(), middleware.RequestIDKey, id)
+		ctx = context.WithValue(ctx, infoKey{}, &requestInfo{})
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

@@ -158,9 +158,12 @@ func nameRoute(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 		if pattern := chi.RouteContext(r.Context()).RoutePattern(); pattern != "" {
 			route := attribute.String("http.route", pattern)
-			span := trace.SpanFromContext(r.Context())
-			span.SetName(r.Method + " " + pattern)
-			span.SetAttributes(route)
+			// A span that records nothing (tracing off) ignores its name
+			// and attributes; the check spares building them.
+			if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+				span.SetName(r.Method + " " + pattern)
+				span.SetAttributes(route)
+			}
 			if l, ok := otelhttp.LabelerFromContext(r.Context()); ok {
 				l.Add(route)
 			}
@@ -262,16 +265,23 @@ func info(ctx context.Context) *requestInfo {
 func (s *server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ri := &requestInfo{}
+		// requestID, first in the chain, put the requestInfo in the
+		// context with the request id, sparing a copy of the request here.
+		ri, ok := r.Context().Value(infoKey{}).(*requestInfo)
+		if !ok {
+			ri = &requestInfo{}
+			r = r.WithContext(context.WithValue(r.Context(), infoKey{}, ri))
+		}
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-		next.ServeHTTP(ww, r.WithContext(context.WithValue(r.Context(), infoKey{}, ri)))
-		attrs := []slog.Attr{
+		next.ServeHTTP(ww, r)
+		attrs := make([]slog.Attr, 0, 8)
+		attrs = append(attrs,
 			slog.String("method", r.Method),
 			slog.String("route", chi.RouteContext(r.Context()).RoutePattern()),
 			slog.Int("status", ww.Status()),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 			slog.String("request_id", middleware.GetReqID(r.Context())),
-		}
+		)
 		// The raw path only of a tenant's own requests: anyone else's
 		// would be whatever an unauthenticated client chose to write
 		// into the logs.

@@ -83,20 +83,21 @@ func Decode(body []byte, v any) error {
 		return &Error{Message: "body is not valid UTF-8"}
 	}
 
-	w := walker{dec: json.NewDecoder(bytes.NewReader(body)), body: body}
-	w.dec.UseNumber() // numbers are only looked at, never converted, here
-	tok, err := w.token()
-	if err != nil {
+	// A body that is valid JSON, as nearly every request's is, is walked
+	// by a lexer over its bytes; any other body by encoding/json's
+	// tokenizer, whose syntax errors are what the client is told. Both
+	// yield the same tokens, so both refuse the same bodies with the same
+	// errors (TestLexerMatchesDecoder): the lexer only spares the
+	// tokenizer's cost (it decodes every scalar as a top-level value,
+	// allocating a syntax error for the separator that ends each one).
+	var w walker
+	if json.Valid(body) {
+		w.src = &lexer{body: body}
+	} else {
+		w.src = newDecoderTokens(body)
+	}
+	if err := w.walk(rv.Type().Elem()); err != nil {
 		return err
-	}
-	if tok != json.Delim('{') {
-		return &Error{Message: "body must be a JSON object"}
-	}
-	if err := w.object(rv.Type().Elem(), "", 1); err != nil {
-		return err
-	}
-	if _, err := w.dec.Token(); !errors.Is(err, io.EOF) {
-		return &Error{Message: "unexpected data after the JSON object"}
 	}
 
 	// Every name is now exact and unique, so encoding/json's case folding
@@ -111,6 +112,45 @@ func Decode(body []byte, v any) error {
 
 // walker checks one body's tokens against a type.
 type walker struct {
+	src tokens
+}
+
+// tokens is where a walker reads a body's tokens from: a *lexer (a valid
+// body) or *decoderTokens (any body).
+type tokens interface {
+	// token returns the next token, with syntax errors as *Error. Commas
+	// and colons are not tokens.
+	token() (json.Token, error)
+	// more reports whether the current object or array has another
+	// element.
+	more() bool
+	// raw returns the last token as it appears in the body (a string with
+	// its quotes).
+	raw() []byte
+	// end returns an *Error unless only white space follows.
+	end() error
+}
+
+// walk checks a whole body, which must be one object, against t.
+func (w *walker) walk(t reflect.Type) error {
+	tok, err := w.token()
+	if err != nil {
+		return err
+	}
+	if tok != json.Delim('{') {
+		return &Error{Message: "body must be a JSON object"}
+	}
+	if err := w.object(t, "", 1); err != nil {
+		return err
+	}
+	return w.src.end()
+}
+
+func (w *walker) token() (json.Token, error) { return w.src.token() }
+
+// decoderTokens reads tokens with encoding/json's Decoder, which checks the
+// syntax.
+type decoderTokens struct {
 	dec  *json.Decoder
 	body []byte
 	// start is where the last token's raw bytes (with the white space and
@@ -118,10 +158,15 @@ type walker struct {
 	start int64
 }
 
-// token returns the next token, with syntax errors as *Error.
-func (w *walker) token() (json.Token, error) {
-	w.start = w.dec.InputOffset()
-	tok, err := w.dec.Token()
+func newDecoderTokens(body []byte) *decoderTokens {
+	d := &decoderTokens{dec: json.NewDecoder(bytes.NewReader(body)), body: body}
+	d.dec.UseNumber() // numbers are only looked at, never converted, here
+	return d
+}
+
+func (d *decoderTokens) token() (json.Token, error) {
+	d.start = d.dec.InputOffset()
+	tok, err := d.dec.Token()
 	if err != nil {
 		var syntax *json.SyntaxError
 		if errors.As(err, &syntax) {
@@ -131,6 +176,104 @@ func (w *walker) token() (json.Token, error) {
 		return nil, &Error{Message: "body is not valid JSON: unexpected end"}
 	}
 	return tok, nil
+}
+
+func (d *decoderTokens) more() bool { return d.dec.More() }
+
+func (d *decoderTokens) raw() []byte {
+	raw := d.body[d.start:d.dec.InputOffset()]
+	return raw[bytes.IndexByte(raw, '"'):] // skip white space and separator
+}
+
+func (d *decoderTokens) end() error {
+	if _, err := d.dec.Token(); !errors.Is(err, io.EOF) {
+		return &Error{Message: "unexpected data after the JSON object"}
+	}
+	return nil
+}
+
+// lexer reads the tokens of a body that json.Valid accepted, so it checks
+// no syntax: it only finds where each token ends. It yields what
+// decoderTokens would: json.Delim, string, json.Number, bool or nil.
+type lexer struct {
+	body []byte
+	pos  int
+	// last is where the last token began.
+	last int
+}
+
+// skip moves past white space and the separators between tokens.
+func (l *lexer) skip() {
+	for l.pos < len(l.body) {
+		switch l.body[l.pos] {
+		case ' ', '\t', '\n', '\r', ',', ':':
+			l.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (l *lexer) more() bool {
+	l.skip()
+	return l.pos < len(l.body) && l.body[l.pos] != '}' && l.body[l.pos] != ']'
+}
+
+func (l *lexer) raw() []byte { return l.body[l.last:l.pos] }
+
+// end: json.Valid allowed nothing but white space after the object.
+func (l *lexer) end() error { return nil }
+
+func (l *lexer) token() (json.Token, error) {
+	l.skip()
+	if l.pos >= len(l.body) {
+		// Unreachable for a valid body; the decoder's answer for an end.
+		return nil, &Error{Message: "body is not valid JSON: unexpected end"}
+	}
+	l.last = l.pos
+	switch c := l.body[l.pos]; c {
+	case '{', '}', '[', ']':
+		l.pos++
+		return json.Delim(c), nil
+	case '"':
+		escaped := false
+		i := l.pos + 1
+		for ; i < len(l.body) && l.body[i] != '"'; i++ {
+			if l.body[i] == '\\' {
+				escaped = true
+				i++ // the escaped character, which may be a quote
+			}
+		}
+		l.pos = i + 1
+		if !escaped {
+			return string(l.body[l.last+1 : i]), nil
+		}
+		// Escapes are rare in request bodies: encoding/json decodes them,
+		// so that lone surrogates become U+FFFD exactly as in the decoder.
+		var s string
+		if err := json.Unmarshal(l.body[l.last:l.pos], &s); err != nil {
+			return nil, &Error{Message: fmt.Sprintf("body is not valid JSON: %v", err)}
+		}
+		return s, nil
+	case 't':
+		l.pos += len("true")
+		return true, nil
+	case 'f':
+		l.pos += len("false")
+		return false, nil
+	case 'n':
+		l.pos += len("null")
+		return nil, nil
+	default: // a number
+		i := l.pos
+		for ; i < len(l.body); i++ {
+			if c := l.body[i]; (c < '0' || c > '9') && c != '-' && c != '+' && c != '.' && c != 'e' && c != 'E' {
+				break
+			}
+		}
+		l.pos = i
+		return json.Number(l.body[l.last:i]), nil
+	}
 }
 
 // value checks the value that starts with tok, to be decoded into t (nil:
@@ -205,7 +348,7 @@ func (w *walker) object(t reflect.Type, field string, depth int) error {
 	t = shape(t)
 	// seen maps each name's case fold to the name as sent.
 	seen := map[string]string{}
-	for w.dec.More() {
+	for w.src.more() {
 		tok, err := w.token()
 		if err != nil {
 			return err
@@ -258,7 +401,7 @@ func (w *walker) array(t reflect.Type, field string, depth int) error {
 	if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 		elem = t.Elem()
 	}
-	for i := 0; w.dec.More(); i++ {
+	for i := 0; w.src.more(); i++ {
 		tok, err := w.token()
 		if err != nil {
 			return err
@@ -280,9 +423,7 @@ func (w *walker) checkString(s, field string) error {
 	// encoding/json decodes a lone surrogate escape to U+FFFD, which a
 	// client may also send on purpose: only then is the raw text looked at.
 	if strings.ContainsRune(s, utf8.RuneError) {
-		raw := w.body[w.start:w.dec.InputOffset()]
-		raw = raw[bytes.IndexByte(raw, '"'):] // skip white space and separator
-		if loneSurrogate(raw) {
+		if loneSurrogate(w.src.raw()) {
 			return &Error{Field: field, Message: "must be valid Unicode (a \\u escape is a lone surrogate)"}
 		}
 	}

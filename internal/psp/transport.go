@@ -1,6 +1,10 @@
 package psp
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
 )
 
@@ -55,18 +59,54 @@ func NewTransport() *Transport {
 	return &Transport{keepAlive: base, fresh: fresh}
 }
 
+// maxInMemoryBody is the largest request body RoundTrip reads into memory
+// before sending (see inMemoryBody); an authorization is a few hundred
+// bytes.
+const maxInMemoryBody = 64 << 10
+
 // RoundTrip sends r once. It does not modify r.
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return t.fresh.RoundTrip(r)
 	}
-	if r.GetBody != nil {
-		// A shallow copy: the body is the caller's, read once.
-		c := *r
-		c.GetBody = nil
-		r = &c
+	// A shallow copy: the body is the caller's, read once.
+	c := *r
+	c.GetBody = nil
+	body, err := inMemoryBody(c.Body, c.ContentLength)
+	if err != nil {
+		return nil, err
 	}
-	return t.keepAlive.RoundTrip(r)
+	c.Body = body
+	return t.keepAlive.RoundTrip(&c)
+}
+
+// inMemoryBody returns body as an in-memory reader, read whole, if it is
+// not one already and declares a small length.
+//
+// Why: net/http writes a request's headers and its body in one write only
+// when the body is a reader it knows to be in memory (*bytes.Reader and
+// the like); any other body makes it flush the headers first, in a write
+// (and a TCP segment) of their own. otelhttp's transport wraps every body
+// to count its bytes, so every PSP request took two writes. Reading the
+// wrapped body here still counts its bytes for otelhttp's request size
+// metric, and closing it is what lets otelhttp record it.
+func inMemoryBody(body io.ReadCloser, length int64) (io.ReadCloser, error) {
+	if length <= 0 || length > maxInMemoryBody {
+		return body, nil
+	}
+	buf := make([]byte, length+1)
+	n, err := io.ReadFull(body, buf)
+	_ = body.Close()
+	switch {
+	case n == len(buf):
+		return nil, fmt.Errorf("psp transport: request body longer than its ContentLength %d", length)
+	case err != nil && !errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, fmt.Errorf("psp transport: read request body: %w", err)
+	case int64(n) != length:
+		return nil, fmt.Errorf("psp transport: request body of %d bytes, not its ContentLength %d", n, length)
+	}
+	// net/http sees through io.NopCloser to the *bytes.Reader.
+	return io.NopCloser(bytes.NewReader(buf[:n])), nil
 }
 
 // CloseIdleConnections closes the idle keep-alive connections; http.Client

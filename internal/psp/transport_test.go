@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // breakingServer answers the first request on each connection and keeps
@@ -219,5 +224,77 @@ func TestTransportNeverResendsPSPRequests(t *testing.T) {
 			require.Error(t, errs[1])
 			require.Equal(t, int64(2), s.received.Load())
 		})
+	}
+}
+
+// countingConn counts the writes made on a connection.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestTransportWritesARequestAtOnce: a POST wrapped by otelhttp, whose body
+// net/http does not know to be in memory, still goes out in one write
+// (headers and body together), and otelhttp still counts its body's bytes.
+func TestTransportWritesARequestAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, `{"id":"auth_1","status":"authorized","decline_code":null,"reference":"ch_1"}`)
+	}))
+	t.Cleanup(srv.Close)
+
+	var writes atomic.Int64
+	tr := NewTransport()
+	dial := tr.keepAlive.DialContext
+	tr.keepAlive.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{Conn: conn, writes: &writes}, nil
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	reader := sdkmetric.NewManualReader()
+	hc := NewHTTPClient(otelhttp.NewTransport(tr, otelhttp.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))))
+	c, err := NewClient(ClientConfig{BaseURL: srv.URL, HTTPClient: hc})
+	require.NoError(t, err)
+
+	req := visaRequest("ch_1:authorize")
+	out, err := c.AuthorizeOnce(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, ClassSuccess, out.Class)
+	require.Equal(t, int64(1), writes.Load(), "headers and body in one write")
+
+	body, err := json.Marshal(req)
+	require.NoError(t, err)
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(t.Context(), &rm))
+	var size int64 = -1
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[int64]); ok && m.Name == "http.client.request.body.size" {
+				size = h.DataPoints[0].Sum
+			}
+		}
+	}
+	require.Equal(t, int64(len(body)), size, "otelhttp counts the body it sent")
+}
+
+// TestTransportRefusesABodyLongerThanDeclared: a body that does not match
+// its ContentLength is an error, as net/http itself makes it.
+func TestTransportRefusesABodyLongerThanDeclared(t *testing.T) {
+	t.Parallel()
+	for _, length := range []int64{3, 5} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1:1/", io.NopCloser(strings.NewReader("abcd")))
+		require.NoError(t, err)
+		req.ContentLength = length
+		_, err = NewTransport().RoundTrip(req)
+		require.ErrorContains(t, err, "ContentLength")
 	}
 }
