@@ -45,6 +45,17 @@ type RoundTrips struct {
 	BareNew    float64 `json:"bare_per_new"`
 	BareReplay float64 `json:"bare_per_replay"`
 	Requests   int     `json:"requests"`
+	// Statements are the statements sent (Execute and Query messages),
+	// counted on the same wire: what the server runs, however it travels.
+	Statements Statements `json:"statements"`
+}
+
+// Statements per request, counted on the wire (see RoundTrips).
+type Statements struct {
+	NewCharge  float64 `json:"per_new_charge"`
+	Replay     float64 `json:"per_replay"`
+	BareNew    float64 `json:"bare_per_new"`
+	BareReplay float64 `json:"bare_per_replay"`
 }
 
 // Overhead is the new-charge throughput of the api with tracing (sampled
@@ -232,13 +243,15 @@ func (e *env) loads(ctx context.Context, res *Results) error {
 func (e *env) roundTrips(ctx context.Context, res *Results) error {
 	const n = 200
 	host := pgHost(e.dbURL)
-	count := func(base string, w *wireCounter, prefix string) (perNew, perReplay float64, err error) {
+	// count returns round trips and statements per new charge and per
+	// replay: {trips, statements} each.
+	count := func(base string, w *wireCounter, prefix string) (perNew, perReplay [2]float64, err error) {
 		warm := keyList{}
 		load(ctx, e.hc, base, e.apiKey, 1, 300*time.Millisecond, http.StatusCreated, func(_, i int) request {
 			return request{keyf("%s-warm-%d", prefix, i), []byte(visa)}
 		}, warm.add)
 		if len(warm.keys) == 0 {
-			return 0, 0, fmt.Errorf("%s: no warm-up request succeeded", prefix)
+			return perNew, perReplay, fmt.Errorf("%s: no warm-up request succeeded", prefix)
 		}
 		replayBase := base
 		if prefix == "bare" {
@@ -246,22 +259,24 @@ func (e *env) roundTrips(ctx context.Context, res *Results) error {
 		}
 		load(ctx, e.hc, replayBase, e.apiKey, 1, 200*time.Millisecond, http.StatusCreated, warm.picker(1), nil)
 		var keys keyList
-		t0 := w.Trips()
+		t0, s0 := w.Trips(), w.Statements()
 		for i := range n {
 			r := request{keyf("%s-rt-%d", prefix, i), []byte(visa)}
 			if code, err := e.send(ctx, base, r); err != nil || code != http.StatusCreated {
-				return 0, 0, fmt.Errorf("%s new charge: %d %v", prefix, code, err)
+				return perNew, perReplay, fmt.Errorf("%s new charge: %d %v", prefix, code, err)
 			}
 			keys.add(r)
 		}
-		t1 := w.Trips()
+		t1, s1 := w.Trips(), w.Statements()
 		for _, k := range keys.keys {
 			if code, err := e.send(ctx, replayBase, request{k, []byte(visa)}); err != nil || code != http.StatusCreated {
-				return 0, 0, fmt.Errorf("%s replay: %d %v", prefix, code, err)
+				return perNew, perReplay, fmt.Errorf("%s replay: %d %v", prefix, code, err)
 			}
 		}
-		t2 := w.Trips()
-		return float64(t1-t0) / n, float64(t2-t1) / n, nil
+		t2, s2 := w.Trips(), w.Statements()
+		perNew = [2]float64{float64(t1-t0) / n, float64(s1-s0) / n}
+		perReplay = [2]float64{float64(t2-t1) / n, float64(s2-s1) / n}
+		return perNew, perReplay, nil
 	}
 
 	w, err := startWireCounter(host)
@@ -278,11 +293,13 @@ func (e *env) roundTrips(ctx context.Context, res *Results) error {
 		return err
 	}
 	rt := RoundTrips{Requests: n}
-	rt.NewCharge, rt.Replay, err = count(base, w, "phasepay")
+	newc, replay, err := count(base, w, "phasepay")
 	stop()
 	if err != nil {
 		return err
 	}
+	rt.NewCharge, rt.Statements.NewCharge = newc[0], newc[1]
+	rt.Replay, rt.Statements.Replay = replay[0], replay[1]
 
 	bw, err := startWireCounter(host)
 	if err != nil {
@@ -303,11 +320,16 @@ func (e *env) roundTrips(ctx context.Context, res *Results) error {
 		return err
 	}
 	defer bare.stop()
-	if rt.BareNew, rt.BareReplay, err = count(bare.NewURL(), bw, "bare"); err != nil {
+	bareNew, bareReplay, err := count(bare.NewURL(), bw, "bare")
+	if err != nil {
 		return err
 	}
+	rt.BareNew, rt.Statements.BareNew = bareNew[0], bareNew[1]
+	rt.BareReplay, rt.Statements.BareReplay = bareReplay[0], bareReplay[1]
 	res.RoundTrips = rt
-	e.log("  per new charge %.2f, per replay %.2f (bare: %.2f, %.2f)", rt.NewCharge, rt.Replay, rt.BareNew, rt.BareReplay)
+	st := rt.Statements
+	e.log("  per new charge %.2f, per replay %.2f (bare: %.2f, %.2f); statements %.2f and %.2f (bare: %.2f, %.2f)",
+		rt.NewCharge, rt.Replay, rt.BareNew, rt.BareReplay, st.NewCharge, st.Replay, st.BareNew, st.BareReplay)
 	return nil
 }
 

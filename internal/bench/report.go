@@ -117,6 +117,8 @@ func (r *Results) Table() string {
 	}
 	rt := r.RoundTrips
 	p("\nDatabase round trips, counted on the wire: %.2f per new charge, %.2f per replay (bare: %.2f, %.2f).\n", rt.NewCharge, rt.Replay, rt.BareNew, rt.BareReplay)
+	st := rt.Statements
+	p("Statements sent, on the same wire: %.2f per new charge, %.2f per replay (bare: %.2f, %.2f).\n", st.NewCharge, st.Replay, st.BareNew, st.BareReplay)
 	p("\n| daily partitions | claim p50 / p99 ms | missing lookup p50 ms |\n|---:|---|---:|\n")
 	for _, c := range r.ClaimByPartitions {
 		p("| %d | %.3f / %.3f | %.3f |\n", c.Partitions, c.ClaimP50, c.ClaimP99, c.LookupP50)
