@@ -154,8 +154,10 @@ type Target struct {
 }
 
 type env struct {
-	cfg   Config
-	dbURL string
+	cfg Config
+	// dbName is the run's own database (benchDB), dbURL its URL.
+	dbName string
+	dbURL  string
 	// partsURL is a copy of the freshly migrated database, for the
 	// claim-by-partitions step, which drops and creates partitions.
 	partsURL string
@@ -243,7 +245,8 @@ func (e *env) setup(ctx context.Context) error {
 	if e.admin, err = pgx.Connect(ctx, e.cfg.AdminURL); err != nil {
 		return fmt.Errorf("admin database: %w", err)
 	}
-	name := "phasepay_bench"
+	name := benchDB()
+	e.dbName = name
 	if _, err := e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
 		return err
 	}
@@ -265,28 +268,32 @@ func (e *env) setup(ctx context.Context) error {
 	}
 	e.apiKey = strings.TrimSpace(out)
 	// Nothing is connected to the new database yet: it can be a template.
-	if _, err := e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+partsDB+" WITH (FORCE)"); err != nil {
+	if _, err := e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.partsDB()+" WITH (FORCE)"); err != nil {
 		return err
 	}
-	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+partsDB+" TEMPLATE "+name); err != nil {
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+e.partsDB()+" TEMPLATE "+name); err != nil {
 		return err
 	}
-	u.Path = "/" + partsDB
+	u.Path = "/" + e.partsDB()
 	e.partsURL = u.String()
 	e.pool, err = pgxpool.New(ctx, e.dbURL)
 	return err
 }
 
+// benchDB names a run's database after its process, so that two runs at
+// once (a profile beside a full run, say) do not drop each other's.
+func benchDB() string { return fmt.Sprintf("phasepay_bench_%d", os.Getpid()) }
+
 // partsDB is the database of the claim-by-partitions step.
-const partsDB = "phasepay_bench_parts"
+func (e *env) partsDB() string { return e.dbName + "_parts" }
 
 func (e *env) teardown() {
 	if e.pool != nil {
 		e.pool.Close()
 	}
 	ctx := context.Background()
-	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS phasepay_bench WITH (FORCE)")
-	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+partsDB+" WITH (FORCE)")
+	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.dbName+" WITH (FORCE)")
+	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.partsDB()+" WITH (FORCE)")
 	e.admin.Close(ctx)
 }
 
@@ -448,7 +455,7 @@ func (e *env) dbCounters(ctx context.Context) (xact int64, lsn string, err error
 	if _, err := e.admin.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
 		return 0, "", err
 	}
-	err = e.admin.QueryRow(ctx, `SELECT xact_commit, pg_current_wal_lsn()::text FROM pg_stat_database WHERE datname = 'phasepay_bench'`).Scan(&xact, &lsn)
+	err = e.admin.QueryRow(ctx, `SELECT xact_commit, pg_current_wal_lsn()::text FROM pg_stat_database WHERE datname = $1`, e.dbName).Scan(&xact, &lsn)
 	return xact, lsn, err
 }
 
