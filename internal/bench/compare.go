@@ -23,6 +23,11 @@ type Bare struct {
 	New    []LoadResult `json:"new"`
 	Replay []LoadResult `json:"replay"`
 	Ratios []BareRatio  `json:"ratios"`
+	// PKSelect1 is pgbench's primary-key read at 1 client (pgbenchSelect),
+	// each run right after one of phasepay's 1-client replay runs: the
+	// denominator of the replay-latency target, measured beside what it
+	// divides rather than minutes before it.
+	PKSelect1 Baseline `json:"pk_select_1_client"`
 }
 
 // BareRatio is phasepay ÷ bare at one level.
@@ -70,23 +75,41 @@ type Overhead struct {
 	Overhead float64 `json:"overhead"`
 }
 
+// medianOf is the median of f over xs (0 for none).
+func medianOf[T any](xs []T, f func(T) float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	v := make([]float64, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// medianBaseline takes each figure's median on its own, as median does.
+func medianBaseline(bs []Baseline) Baseline {
+	if len(bs) == 0 {
+		return Baseline{}
+	}
+	return Baseline{
+		Clients:    bs[0].Clients,
+		TPS:        medianOf(bs, func(b Baseline) float64 { return b.TPS }),
+		LatencyAvg: medianOf(bs, func(b Baseline) float64 { return b.LatencyAvg }),
+	}
+}
+
 // median returns a LoadResult whose throughput and latencies are the
 // medians of rs (each taken on its own) and whose counts are their sums.
 func median(rs []LoadResult) LoadResult {
 	if len(rs) == 0 {
 		return LoadResult{}
 	}
-	med := func(f func(LoadResult) float64) float64 {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = f(r)
-		}
-		slices.Sort(v)
-		if len(v)%2 == 1 {
-			return v[len(v)/2]
-		}
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
+	med := func(f func(LoadResult) float64) float64 { return medianOf(rs, f) }
 	out := LoadResult{Clients: rs[0].Clients, Statuses: map[int]int{}}
 	for _, r := range rs {
 		out.Requests += r.Requests
@@ -184,12 +207,31 @@ func (e *env) loads(ctx context.Context, res *Results) error {
 		e.log("  new charges, %2d clients: %.0f/s, p50 %.2f ms, p99 %.2f ms; bare-new %.0f/s, p50 %.2f ms: %.2f× the throughput",
 			c, n.PerSec, n.Latency.P50, n.Latency.P99, b.PerSec, b.Latency.P50, ratio(n.PerSec, b.PerSec))
 	}
+	var pkSelects []Baseline
+	var pkErr error
+	if slices.Contains(e.cfg.Levels, 1) {
+		pkErr = e.selectTable(ctx)
+	}
 	for li, c := range e.cfg.Levels {
 		b, r := alternate(e.cfg.Reps, func(rep int) LoadResult {
 			return load(ctx, e.hc, bare.ReplayURL(), e.apiKey, c, e.cfg.Duration, http.StatusCreated, bareDone.picker(uint64(c*10+rep)), nil)
 		}, func(rep int) LoadResult {
-			return load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration, http.StatusCreated, done.picker(uint64(c*10+rep)), nil)
+			lr := load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration, http.StatusCreated, done.picker(uint64(c*10+rep)), nil)
+			if c == 1 && pkErr == nil {
+				var sel Baseline
+				if sel, pkErr = runPgbench(ctx, e.dbURL, pgbenchSelect, 1, e.cfg.Duration); pkErr == nil {
+					pkSelects = append(pkSelects, sel)
+				}
+			}
+			return lr
 		})
+		if pkErr != nil {
+			return fmt.Errorf("PK SELECT beside the replays: %w", pkErr)
+		}
+		if c == 1 {
+			res.Bare.PKSelect1 = medianBaseline(pkSelects)
+			e.log("  PK SELECT (pgbench), 1 client, beside the replays: %.3f ms", res.Bare.PKSelect1.LatencyAvg)
+		}
 		res.Bare.Replay = append(res.Bare.Replay, b)
 		res.Replays = append(res.Replays, r)
 		n, bn := res.NewCharges[li], res.Bare.New[li]
@@ -400,7 +442,9 @@ func (e *env) instrumentation(ctx context.Context, res *Results) error {
 		if c == 1 && len(e.cfg.Levels) > 1 {
 			continue
 		}
-		o, f := alternate(e.cfg.Reps, func(rep int) LoadResult {
+		// A 5% target is within one run's noise here: at least three runs
+		// of each, alternating, and their medians.
+		o, f := alternate(max(e.cfg.Reps, 3), func(rep int) LoadResult {
 			return load(ctx, e.hc, onBase, e.apiKey, c, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
 				return request{keyf("otel-on-%d-%d-%d-%d", c, rep, w, i), []byte(visa)}
 			}, nil)
