@@ -85,7 +85,7 @@ func authorizeOperation(a Authorizer, routes Routes) *phases.Operation[*Charge] 
 // recorded before anything is sent.
 func createCharge(routes Routes) func(context.Context, pgx.Tx, *phases.Run[*Charge]) error {
 	return func(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
-		params, err := ParseCreateParams(run.Request().Body)
+		params, err := requestParams(run.Request())
 		if err != nil {
 			return fmt.Errorf("key %q: stored request: %w", run.Lease.Record.Key, err)
 		}
