@@ -156,8 +156,10 @@ type Target struct {
 }
 
 type env struct {
-	cfg   Config
-	dbURL string
+	cfg Config
+	// dbName is the run's own database (benchDB), dbURL its URL.
+	dbName string
+	dbURL  string
 	// partsURL is a copy of the freshly migrated database, for the
 	// claim-by-partitions step, which drops and creates partitions.
 	partsURL string
@@ -248,7 +250,8 @@ func (e *env) setup(ctx context.Context) error {
 	if e.admin, err = pgx.Connect(ctx, e.cfg.AdminURL); err != nil {
 		return fmt.Errorf("admin database: %w", err)
 	}
-	name := "phasepay_bench"
+	name := benchDB()
+	e.dbName = name
 	if _, err := e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
 		return err
 	}
@@ -270,13 +273,13 @@ func (e *env) setup(ctx context.Context) error {
 	}
 	e.apiKey = strings.TrimSpace(out)
 	// Nothing is connected to the new database yet: it can be a template.
-	if _, err := e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+partsDB+" WITH (FORCE)"); err != nil {
+	if _, err := e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.partsDB()+" WITH (FORCE)"); err != nil {
 		return err
 	}
-	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+partsDB+" TEMPLATE "+name); err != nil {
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+e.partsDB()+" TEMPLATE "+name); err != nil {
 		return err
 	}
-	u.Path = "/" + partsDB
+	u.Path = "/" + e.partsDB()
 	e.partsURL = u.String()
 	if e.pool, err = pgxpool.New(ctx, e.dbURL); err != nil {
 		return err
@@ -300,8 +303,12 @@ func apiPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
+// benchDB names a run's database after its process, so that two runs at
+// once (a profile beside a full run, say) do not drop each other's.
+func benchDB() string { return fmt.Sprintf("phasepay_bench_%d", os.Getpid()) }
+
 // partsDB is the database of the claim-by-partitions step.
-const partsDB = "phasepay_bench_parts"
+func (e *env) partsDB() string { return e.dbName + "_parts" }
 
 func (e *env) teardown() {
 	if e.claims != nil {
@@ -311,8 +318,8 @@ func (e *env) teardown() {
 		e.pool.Close()
 	}
 	ctx := context.Background()
-	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS phasepay_bench WITH (FORCE)")
-	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+partsDB+" WITH (FORCE)")
+	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.dbName+" WITH (FORCE)")
+	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.partsDB()+" WITH (FORCE)")
 	e.admin.Close(ctx)
 }
 
@@ -377,19 +384,11 @@ const visa = `{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`
 func (e *env) baselines(ctx context.Context, res *Results) error {
 	// Tables shaped like idempotency_keys (its columns, defaults, checks
 	// and primary key), unpartitioned.
-	for _, stmt := range []string{
-		`CREATE TABLE bench_keys (LIKE idempotency_keys INCLUDING ALL)`,
-		`CREATE TABLE bench_select (LIKE idempotency_keys INCLUDING ALL)`,
-		`INSERT INTO bench_select (tenant_id, key, fingerprint, request_method, request_path, request_body,
-		        state, recovery_point, response_status, response_content_type, response_body)
-		 SELECT 1, 'k' || g, sha256(g::text::bytea), 'POST', '/v1/charges', convert_to('` + visa + `', 'UTF8'),
-		        'done', 'done', 201, 'application/json', convert_to(repeat('x', 260), 'UTF8')
-		   FROM generate_series(1, 1000000) g`,
-		`VACUUM ANALYZE bench_select`,
-	} {
-		if _, err := e.pool.Exec(ctx, stmt); err != nil {
-			return err
-		}
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE bench_keys (LIKE idempotency_keys INCLUDING ALL)`); err != nil {
+		return err
+	}
+	if err := e.selectTable(ctx); err != nil {
+		return err
 	}
 	for _, c := range e.cfg.Levels {
 		ins, err := runPgbench(ctx, e.dbURL, pgbenchInsert, c, e.cfg.Duration)
@@ -404,8 +403,33 @@ func (e *env) baselines(ctx context.Context, res *Results) error {
 		res.Baseline.Select = append(res.Baseline.Select, sel)
 		e.log("  %2d clients: INSERT %.0f tps (%.2f ms), SELECT %.0f tps (%.3f ms)", c, ins.TPS, ins.LatencyAvg, sel.TPS, sel.LatencyAvg)
 	}
-	_, err := e.pool.Exec(ctx, `DROP TABLE bench_keys, bench_select`)
+	// bench_select stays, for the PK SELECT run beside the replays.
+	_, err := e.pool.Exec(ctx, `DROP TABLE bench_keys`)
 	return err
+}
+
+// selectTable creates and fills bench_select, pgbenchSelect's table of 1 M
+// rows shaped like finished idempotency keys (unpartitioned), unless it
+// exists.
+func (e *env) selectTable(ctx context.Context) error {
+	var exists bool
+	if err := e.pool.QueryRow(ctx, `SELECT to_regclass('bench_select') IS NOT NULL`).Scan(&exists); err != nil || exists {
+		return err
+	}
+	for _, stmt := range []string{
+		`CREATE TABLE bench_select (LIKE idempotency_keys INCLUDING ALL)`,
+		`INSERT INTO bench_select (tenant_id, key, fingerprint, request_method, request_path, request_body,
+		        state, recovery_point, response_status, response_content_type, response_body)
+		 SELECT 1, 'k' || g, sha256(g::text::bytea), 'POST', '/v1/charges', convert_to('` + visa + `', 'UTF8'),
+		        'done', 'done', 201, 'application/json', convert_to(repeat('x', 260), 'UTF8')
+		   FROM generate_series(1, 1000000) g`,
+		`VACUUM ANALYZE bench_select`,
+	} {
+		if _, err := e.pool.Exec(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // commits counts, for n new charges sent one at a time, the transactions
@@ -474,7 +498,7 @@ func (e *env) dbCounters(ctx context.Context) (xact int64, lsn string, err error
 	if _, err := e.admin.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
 		return 0, "", err
 	}
-	err = e.admin.QueryRow(ctx, `SELECT xact_commit, pg_current_wal_lsn()::text FROM pg_stat_database WHERE datname = 'phasepay_bench'`).Scan(&xact, &lsn)
+	err = e.admin.QueryRow(ctx, `SELECT xact_commit, pg_current_wal_lsn()::text FROM pg_stat_database WHERE datname = $1`, e.dbName).Scan(&xact, &lsn)
 	return xact, lsn, err
 }
 

@@ -23,6 +23,11 @@ type Bare struct {
 	New    []LoadResult `json:"new"`
 	Replay []LoadResult `json:"replay"`
 	Ratios []BareRatio  `json:"ratios"`
+	// PKSelect1 is pgbench's primary-key read at 1 client (pgbenchSelect),
+	// each run right after one of phasepay's 1-client replay runs: the
+	// denominator of the replay-latency target, measured beside what it
+	// divides rather than minutes before it.
+	PKSelect1 Baseline `json:"pk_select_1_client"`
 }
 
 // BareRatio is phasepay ÷ bare at one level.
@@ -45,6 +50,17 @@ type RoundTrips struct {
 	BareNew    float64 `json:"bare_per_new"`
 	BareReplay float64 `json:"bare_per_replay"`
 	Requests   int     `json:"requests"`
+	// Statements are the statements sent (Execute and Query messages),
+	// counted on the same wire: what the server runs, however it travels.
+	Statements Statements `json:"statements"`
+}
+
+// Statements per request, counted on the wire (see RoundTrips).
+type Statements struct {
+	NewCharge  float64 `json:"per_new_charge"`
+	Replay     float64 `json:"per_replay"`
+	BareNew    float64 `json:"bare_per_new"`
+	BareReplay float64 `json:"bare_per_replay"`
 }
 
 // Overhead is the new-charge throughput of the api with tracing (sampled
@@ -59,23 +75,41 @@ type Overhead struct {
 	Overhead float64 `json:"overhead"`
 }
 
+// medianOf is the median of f over xs (0 for none).
+func medianOf[T any](xs []T, f func(T) float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	v := make([]float64, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// medianBaseline takes each figure's median on its own, as median does.
+func medianBaseline(bs []Baseline) Baseline {
+	if len(bs) == 0 {
+		return Baseline{}
+	}
+	return Baseline{
+		Clients:    bs[0].Clients,
+		TPS:        medianOf(bs, func(b Baseline) float64 { return b.TPS }),
+		LatencyAvg: medianOf(bs, func(b Baseline) float64 { return b.LatencyAvg }),
+	}
+}
+
 // median returns a LoadResult whose throughput and latencies are the
 // medians of rs (each taken on its own) and whose counts are their sums.
 func median(rs []LoadResult) LoadResult {
 	if len(rs) == 0 {
 		return LoadResult{}
 	}
-	med := func(f func(LoadResult) float64) float64 {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = f(r)
-		}
-		slices.Sort(v)
-		if len(v)%2 == 1 {
-			return v[len(v)/2]
-		}
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
+	med := func(f func(LoadResult) float64) float64 { return medianOf(rs, f) }
 	out := LoadResult{Clients: rs[0].Clients, Statuses: map[int]int{}}
 	for _, r := range rs {
 		out.Requests += r.Requests
@@ -173,12 +207,31 @@ func (e *env) loads(ctx context.Context, res *Results) error {
 		e.log("  new charges, %2d clients: %.0f/s, p50 %.2f ms, p99 %.2f ms; bare-new %.0f/s, p50 %.2f ms: %.2f× the throughput",
 			c, n.PerSec, n.Latency.P50, n.Latency.P99, b.PerSec, b.Latency.P50, ratio(n.PerSec, b.PerSec))
 	}
+	var pkSelects []Baseline
+	var pkErr error
+	if slices.Contains(e.cfg.Levels, 1) {
+		pkErr = e.selectTable(ctx)
+	}
 	for li, c := range e.cfg.Levels {
 		b, r := alternate(e.cfg.Reps, func(rep int) LoadResult {
 			return load(ctx, e.hc, bare.ReplayURL(), e.apiKey, c, e.cfg.Duration, http.StatusCreated, bareDone.picker(uint64(c*10+rep)), nil)
 		}, func(rep int) LoadResult {
-			return load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration, http.StatusCreated, done.picker(uint64(c*10+rep)), nil)
+			lr := load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration, http.StatusCreated, done.picker(uint64(c*10+rep)), nil)
+			if c == 1 && pkErr == nil {
+				var sel Baseline
+				if sel, pkErr = runPgbench(ctx, e.dbURL, pgbenchSelect, 1, e.cfg.Duration); pkErr == nil {
+					pkSelects = append(pkSelects, sel)
+				}
+			}
+			return lr
 		})
+		if pkErr != nil {
+			return fmt.Errorf("PK SELECT beside the replays: %w", pkErr)
+		}
+		if c == 1 {
+			res.Bare.PKSelect1 = medianBaseline(pkSelects)
+			e.log("  PK SELECT (pgbench), 1 client, beside the replays: %.3f ms", res.Bare.PKSelect1.LatencyAvg)
+		}
 		res.Bare.Replay = append(res.Bare.Replay, b)
 		res.Replays = append(res.Replays, r)
 		n, bn := res.NewCharges[li], res.Bare.New[li]
@@ -232,13 +285,15 @@ func (e *env) loads(ctx context.Context, res *Results) error {
 func (e *env) roundTrips(ctx context.Context, res *Results) error {
 	const n = 200
 	host := pgHost(e.dbURL)
-	count := func(base string, w *wireCounter, prefix string) (perNew, perReplay float64, err error) {
+	// count returns round trips and statements per new charge and per
+	// replay: {trips, statements} each.
+	count := func(base string, w *wireCounter, prefix string) (perNew, perReplay [2]float64, err error) {
 		warm := keyList{}
 		load(ctx, e.hc, base, e.apiKey, 1, 300*time.Millisecond, http.StatusCreated, func(_, i int) request {
 			return request{keyf("%s-warm-%d", prefix, i), []byte(visa)}
 		}, warm.add)
 		if len(warm.keys) == 0 {
-			return 0, 0, fmt.Errorf("%s: no warm-up request succeeded", prefix)
+			return perNew, perReplay, fmt.Errorf("%s: no warm-up request succeeded", prefix)
 		}
 		replayBase := base
 		if prefix == "bare" {
@@ -246,22 +301,24 @@ func (e *env) roundTrips(ctx context.Context, res *Results) error {
 		}
 		load(ctx, e.hc, replayBase, e.apiKey, 1, 200*time.Millisecond, http.StatusCreated, warm.picker(1), nil)
 		var keys keyList
-		t0 := w.Trips()
+		t0, s0 := w.Trips(), w.Statements()
 		for i := range n {
 			r := request{keyf("%s-rt-%d", prefix, i), []byte(visa)}
 			if code, err := e.send(ctx, base, r); err != nil || code != http.StatusCreated {
-				return 0, 0, fmt.Errorf("%s new charge: %d %v", prefix, code, err)
+				return perNew, perReplay, fmt.Errorf("%s new charge: %d %v", prefix, code, err)
 			}
 			keys.add(r)
 		}
-		t1 := w.Trips()
+		t1, s1 := w.Trips(), w.Statements()
 		for _, k := range keys.keys {
 			if code, err := e.send(ctx, replayBase, request{k, []byte(visa)}); err != nil || code != http.StatusCreated {
-				return 0, 0, fmt.Errorf("%s replay: %d %v", prefix, code, err)
+				return perNew, perReplay, fmt.Errorf("%s replay: %d %v", prefix, code, err)
 			}
 		}
-		t2 := w.Trips()
-		return float64(t1-t0) / n, float64(t2-t1) / n, nil
+		t2, s2 := w.Trips(), w.Statements()
+		perNew = [2]float64{float64(t1-t0) / n, float64(s1-s0) / n}
+		perReplay = [2]float64{float64(t2-t1) / n, float64(s2-s1) / n}
+		return perNew, perReplay, nil
 	}
 
 	w, err := startWireCounter(host)
@@ -278,11 +335,13 @@ func (e *env) roundTrips(ctx context.Context, res *Results) error {
 		return err
 	}
 	rt := RoundTrips{Requests: n}
-	rt.NewCharge, rt.Replay, err = count(base, w, "phasepay")
+	newc, replay, err := count(base, w, "phasepay")
 	stop()
 	if err != nil {
 		return err
 	}
+	rt.NewCharge, rt.Statements.NewCharge = newc[0], newc[1]
+	rt.Replay, rt.Statements.Replay = replay[0], replay[1]
 
 	bw, err := startWireCounter(host)
 	if err != nil {
@@ -303,11 +362,16 @@ func (e *env) roundTrips(ctx context.Context, res *Results) error {
 		return err
 	}
 	defer bare.stop()
-	if rt.BareNew, rt.BareReplay, err = count(bare.NewURL(), bw, "bare"); err != nil {
+	bareNew, bareReplay, err := count(bare.NewURL(), bw, "bare")
+	if err != nil {
 		return err
 	}
+	rt.BareNew, rt.Statements.BareNew = bareNew[0], bareNew[1]
+	rt.BareReplay, rt.Statements.BareReplay = bareReplay[0], bareReplay[1]
 	res.RoundTrips = rt
-	e.log("  per new charge %.2f, per replay %.2f (bare: %.2f, %.2f)", rt.NewCharge, rt.Replay, rt.BareNew, rt.BareReplay)
+	st := rt.Statements
+	e.log("  per new charge %.2f, per replay %.2f (bare: %.2f, %.2f); statements %.2f and %.2f (bare: %.2f, %.2f)",
+		rt.NewCharge, rt.Replay, rt.BareNew, rt.BareReplay, st.NewCharge, st.Replay, st.BareNew, st.BareReplay)
 	return nil
 }
 
@@ -378,7 +442,9 @@ func (e *env) instrumentation(ctx context.Context, res *Results) error {
 		if c == 1 && len(e.cfg.Levels) > 1 {
 			continue
 		}
-		o, f := alternate(e.cfg.Reps, func(rep int) LoadResult {
+		// A 5% target is within one run's noise here: at least three runs
+		// of each, alternating, and their medians.
+		o, f := alternate(max(e.cfg.Reps, 3), func(rep int) LoadResult {
 			return load(ctx, e.hc, onBase, e.apiKey, c, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
 				return request{keyf("otel-on-%d-%d-%d-%d", c, rep, w, i), []byte(visa)}
 			}, nil)

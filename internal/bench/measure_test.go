@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +63,48 @@ func TestWireCounterCountsExchangesNotStatements(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))
 	}), "BEGIN, a statement and COMMIT one after the other")
+}
+
+// Statements are counted apart from round trips: a pipelined batch of
+// three is one round trip and three statements; a simple query is one; a
+// statement's parameters, however long and whatever bytes they hold, are
+// not mistaken for messages, nor is a message cut across reads.
+func TestWireCounterCountsStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := testdb.NewURL(t)
+	w, err := startWireCounter(pgHost(dbURL))
+	require.NoError(t, err)
+	t.Cleanup(w.Close)
+	via, err := viaWireCounter(dbURL, w.Addr())
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, via)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+
+	statements := func(f func()) int64 {
+		before := w.Statements()
+		f()
+		return w.Statements() - before
+	}
+	// Long enough to span reads, made of protocol-looking bytes.
+	big := []byte(strings.Repeat("E\x00\x00\x00\x04Q", 40_000))
+	require.EqualValues(t, 1, statements(func() {
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, `SELECT length($1::bytea)`, big).Scan(&n))
+		require.Equal(t, len(big), n)
+	}), "one statement with a long parameter")
+	require.EqualValues(t, 3, statements(func() {
+		b := &pgx.Batch{}
+		b.Queue(`BEGIN`)
+		b.Queue(`SELECT length($1::bytea)`, big)
+		b.Queue(`COMMIT`)
+		require.NoError(t, conn.SendBatch(ctx, b).Close())
+	}), "a batch of three")
+	require.EqualValues(t, 1, statements(func() {
+		_, err := conn.Exec(ctx, `SELECT 1`, pgx.QueryExecModeSimpleProtocol)
+		require.NoError(t, err)
+	}), "a simple query")
 }
 
 // The bare baselines do what the issue defines and nothing more: a new

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/binary"
 	"net"
 	"net/url"
 	"sync"
@@ -18,14 +19,21 @@ import (
 // A client burst is one round trip however many TCP segments carry it: a
 // new one starts only once the server has written since the client's last
 // write.
+//
+// It also counts the statements the client sends (Execute and simple Query
+// messages): a round trip can carry any number of them, and each costs the
+// server a round of its own (bind, snapshot, executor start and end)
+// whatever it writes, so fewer round trips alone do not make a cheaper
+// request.
 type wireCounter struct {
-	ln     net.Listener
-	target string
-	trips  atomic.Int64
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
+	ln         net.Listener
+	target     string
+	trips      atomic.Int64
+	statements atomic.Int64
+	wg         sync.WaitGroup
+	mu         sync.Mutex
+	conns      map[net.Conn]struct{}
+	closed     bool
 }
 
 // startWireCounter listens on a free local port and forwards every
@@ -45,6 +53,9 @@ func (w *wireCounter) Addr() string { return w.ln.Addr().String() }
 
 // Trips returns the round trips counted since the start.
 func (w *wireCounter) Trips() int64 { return w.trips.Load() }
+
+// Statements returns the statements counted since the start.
+func (w *wireCounter) Statements() int64 { return w.statements.Load() }
 
 func (w *wireCounter) track(c net.Conn) bool {
 	w.mu.Lock()
@@ -76,36 +87,90 @@ func (w *wireCounter) accept() {
 		// client's next write, which is then a new round trip.
 		var answered atomic.Bool
 		answered.Store(true)
+		msgs := frontendMessages{seen: func(typ byte) {
+			if typ == 'E' || typ == 'Q' {
+				w.statements.Add(1)
+			}
+		}}
 		w.wg.Go(func() {
-			w.pump(server, client, func() {
+			w.pump(server, client, func(p []byte) {
 				if answered.Swap(false) {
 					w.trips.Add(1)
 				}
+				msgs.feed(p)
 			})
 			server.Close()
 			client.Close()
 		})
 		w.wg.Go(func() {
-			w.pump(client, server, func() { answered.Store(true) })
+			w.pump(client, server, func([]byte) { answered.Store(true) })
 			server.Close()
 			client.Close()
 		})
 	}
 }
 
-// pump copies src to dst, calling saw before forwarding each read.
-func (w *wireCounter) pump(dst, src net.Conn, saw func()) {
+// pump copies src to dst, calling saw with each read before forwarding it.
+func (w *wireCounter) pump(dst, src net.Conn, saw func([]byte)) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			saw()
+			saw(buf[:n])
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
 		}
 		if err != nil { // EOF, a reset or Close: the copy ends either way
 			return
+		}
+	}
+}
+
+// frontendMessages splits what a client sends into PostgreSQL protocol
+// messages, however reads cut them, and reports each message's type. A
+// connection opens with untyped messages (length, then a code): an SSL or
+// GSS encryption request, answered by one byte, then the startup message;
+// every message after that is a type byte and a length.
+type frontendMessages struct {
+	seen  func(typ byte)
+	typed bool
+	hdr   [8]byte
+	have  int // bytes of hdr read
+	skip  int // bytes of the current message's body still to pass
+}
+
+// The codes of the untyped requests that come before the startup message.
+const (
+	sslRequestCode    = 80877103
+	gssEncRequestCode = 80877104
+)
+
+func (m *frontendMessages) feed(p []byte) {
+	for len(p) > 0 {
+		if m.skip > 0 {
+			n := min(m.skip, len(p))
+			m.skip, p = m.skip-n, p[n:]
+			continue
+		}
+		size := 8 // length and code
+		if m.typed {
+			size = 5 // type and length
+		}
+		n := copy(m.hdr[m.have:size], p)
+		m.have, p = m.have+n, p[n:]
+		if m.have < size {
+			return
+		}
+		m.have = 0
+		if m.typed {
+			m.skip = int(binary.BigEndian.Uint32(m.hdr[1:5])) - 4
+			m.seen(m.hdr[0])
+			continue
+		}
+		m.skip = int(binary.BigEndian.Uint32(m.hdr[0:4])) - 8
+		if code := binary.BigEndian.Uint32(m.hdr[4:8]); code != sslRequestCode && code != gssEncRequestCode {
+			m.typed = true // that was the startup message
 		}
 	}
 }

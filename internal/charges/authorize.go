@@ -85,17 +85,17 @@ func authorizeOperation(a Authorizer, routes Routes) *phases.Operation[*Charge] 
 // recorded before anything is sent.
 func createCharge(routes Routes) func(context.Context, pgx.Tx, *phases.Run[*Charge]) error {
 	return func(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
-		params, err := ParseCreateParams(run.Request().Body)
+		params, err := requestParams(run.Request())
 		if err != nil {
 			return fmt.Errorf("key %q: stored request: %w", run.Lease.Record.Key, err)
 		}
 		at := routes.Choose(params.Currency)
-		c, err := insertCharge(ctx, tx, run.Lease.Record.ID(), run.ObjectID, at, params)
+		c, err := insertCharge(ctx, tx, run.Lease.Record.ID(), run.ObjectID, at, attemptKey(run.ObjectID, 1, routes.Single()), params)
 		if err != nil {
 			return err
 		}
 		run.Object = c
-		return insertAttempt(ctx, tx, c, attempt{N: 1, PSP: at, Key: attemptKey(c.ID, 1, routes.Single())})
+		return nil
 	}
 }
 
@@ -160,7 +160,7 @@ func recordAuthorization(routes Routes) func(context.Context, pgx.Tx, *phases.Ru
 	return func(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
 		c, out := run.Object, run.Outcome
 		cur := c.current()
-		var ended string
+		ended, answered := "", cur
 		switch {
 		case out.Class == psp.ClassSuccess:
 			c.Status, c.PSPReference, ended = StatusAuthorized, &out.Authorization.ID, attemptAuthorized
@@ -168,21 +168,21 @@ func recordAuthorization(routes Routes) func(context.Context, pgx.Tx, *phases.Ru
 		case out.Declined():
 			c.Status, c.PSPReference, c.DeclineCode, ended = StatusDeclined, &out.Authorization.ID, out.Authorization.DeclineCode, attemptDeclined
 		default: // refused: nothing was done at the PSP, and never will be
-			if err := endAttempt(ctx, tx, c, cur, attemptRefused); err != nil {
-				return err
-			}
 			if next, ok := routes.Next(c.Currency, c.tried()); ok {
+				if err := endAttempt(ctx, tx, c, cur, attemptRefused); err != nil {
+					return err
+				}
 				return failOver(ctx, tx, run, routes, next)
 			}
 			reason := cmp.Or(out.Reason, "refused by the payment service provider")
-			c.Status, c.FailureReason = StatusFailed, &reason
+			c.Status, c.FailureReason, ended = StatusFailed, &reason, attemptRefused
 		}
-		if ended != "" && c.PSP == cur.PSP {
-			if err := endAttempt(ctx, tx, c, cur, ended); err != nil {
-				return err
-			}
+		if c.PSP != cur.PSP {
+			// Found authorized at an earlier PSP: the current attempt
+			// was not what answered.
+			answered = nil
 		}
-		if err := updateAuthorization(ctx, tx, c); err != nil {
+		if err := updateAuthorization(ctx, tx, c, answered, ended); err != nil {
 			return err
 		}
 		return writeStatusEvent(ctx, tx, c)

@@ -93,6 +93,16 @@ func ParseCreateRequest(body []byte) (idempotency.Canonical, CreateParams, error
 	return req, params, nil
 }
 
+// requestParams is the parameters of a charge request: those parsed by
+// ParseCreateRequest in this process, or, for a request read back from
+// storage, its stored body parsed again.
+func requestParams(req idempotency.Canonical) (CreateParams, error) {
+	if p, ok := req.Params.(CreateParams); ok {
+		return p, nil
+	}
+	return ParseCreateParams(req.Body)
+}
+
 // ParseCreateParams decodes a charge request body strictly (package
 // jsonbody: unknown, repeated or wrong-case members, U+0000, invalid UTF-8,
 // wrong types and trailing data are refused) and validates its values

@@ -21,6 +21,11 @@ type Canonical struct {
 	Path        string
 	Body        []byte
 	Fingerprint Fingerprint
+	// Params is what the operation parsed Body from, when the request is
+	// this process's own (CanonicalizeParams sets it): its first phase
+	// need not decode and validate the body again. It is nil for a request
+	// read back from storage (a takeover), which parses Body.
+	Params any
 }
 
 // CanonicalizeParams is how a request is fingerprinted: params is the
@@ -49,7 +54,9 @@ func CanonicalizeParams(method, path string, params any) (Canonical, error) {
 	if len(body) == 0 || body[0] != '{' {
 		return Canonical{}, fmt.Errorf("canonicalize %s %s: %T does not encode as a JSON object", method, path, params)
 	}
-	return Canonicalize(method, path, body)
+	c, err := Canonicalize(method, path, body)
+	c.Params = params
+	return c, err
 }
 
 // Canonicalize computes the fingerprint of a request: SHA-256 over the method,

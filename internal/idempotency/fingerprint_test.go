@@ -74,11 +74,14 @@ func TestCanonicalizeParamsTakesParsedRequests(t *testing.T) {
 		Note   *string           `json:"note,omitempty"`
 		Tags   map[string]string `json:"tags,omitempty"`
 	}
-	got, err := idempotency.CanonicalizeParams("POST", "/v1/things", params{Amount: 7, Tags: map[string]string{"b": "<", "a": "&"}})
+	p := params{Amount: 7, Tags: map[string]string{"b": "<", "a": "&"}}
+	got, err := idempotency.CanonicalizeParams("POST", "/v1/things", p)
 	require.NoError(t, err)
 	require.Equal(t, `{"amount":7,"tags":{"a":"&","b":"<"}}`, string(got.Body), "RFC 8785, not encoding/json's HTML escaping")
+	require.Equal(t, p, got.Params, "what was parsed travels with its canonical form")
 	want, err := idempotency.Canonicalize("POST", "/v1/things", got.Body)
 	require.NoError(t, err)
+	got.Params = nil
 	require.Equal(t, want, got)
 
 	for _, raw := range []any{[]byte(`{"amount":7}`), json.RawMessage(`{"amount":7}`), `{"amount":7}`, 7, []int{7}} {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/telemetry"
 )
 
 // instrumentationName names this package's tracer and meter.
@@ -46,6 +47,10 @@ type instruments struct {
 	outcomes      metric.Int64Counter
 	phaseDuration metric.Float64Histogram
 	pspDuration   metric.Float64Histogram
+	// The label sets of the three, one per combination (few of each).
+	outcomeAttrs *telemetry.AttrSets[string]
+	phaseAttrs   *telemetry.AttrSets[[2]string] // phase, outcome
+	pspAttrs     *telemetry.AttrSets[string]
 }
 
 func newInstruments(cfg Config) (instruments, error) {
@@ -58,7 +63,18 @@ func newInstruments(cfg Config) (instruments, error) {
 		mp = metricnoop.NewMeterProvider()
 	}
 	m := mp.Meter(instrumentationName)
-	in := instruments{tracer: tp.Tracer(instrumentationName)}
+	in := instruments{
+		tracer: tp.Tracer(instrumentationName),
+		outcomeAttrs: telemetry.NewAttrSets(func(outcome string) []attribute.KeyValue {
+			return []attribute.KeyValue{attrOutcome.String(outcome)}
+		}),
+		phaseAttrs: telemetry.NewAttrSets(func(k [2]string) []attribute.KeyValue {
+			return []attribute.KeyValue{attrPhase.String(k[0]), attrOutcome.String(k[1])}
+		}),
+		pspAttrs: telemetry.NewAttrSets(func(result string) []attribute.KeyValue {
+			return []attribute.KeyValue{attrPSPResult.String(result)}
+		}),
+	}
 	var err1, err2, err3 error
 	in.outcomes, err1 = m.Int64Counter("phasepay.idempotency.outcomes",
 		metric.WithDescription("Requests by what their idempotency key decided: new, replay, in_progress, mismatch, takeover, lease_lost."))
@@ -77,7 +93,7 @@ func newInstruments(cfg Config) (instruments, error) {
 // countOutcome records what a key decided, as a metric and as an event on
 // the request's span.
 func (in *instruments) countOutcome(ctx context.Context, outcome string) {
-	in.outcomes.Add(ctx, 1, metric.WithAttributes(attrOutcome.String(outcome)))
+	in.outcomes.Add(ctx, 1, in.outcomeAttrs.Get(outcome))
 	if outcome != string(OutcomeNew) {
 		trace.SpanFromContext(ctx).AddEvent("idempotency." + outcome)
 	}
@@ -134,7 +150,7 @@ func (e *Engine) endArrow(ctx context.Context, span trace.Span, to idempotency.R
 	}
 	span.SetAttributes(attrOutcome.String(outcome))
 	span.End(trace.WithTimestamp(end))
-	e.tel.phaseDuration.Record(ctx, end.Sub(start).Seconds(), metric.WithAttributes(attrPhase.String(string(to)), attrOutcome.String(outcome)))
+	e.tel.phaseDuration.Record(ctx, end.Sub(start).Seconds(), e.tel.phaseAttrs.Get([2]string{string(to), outcome}))
 }
 
 // recordPSP times a PSP call by its result.
@@ -143,7 +159,7 @@ func (e *Engine) recordPSP(ctx context.Context, start time.Time, out psp.Outcome
 	if out.Class == psp.ClassSuccess || out.Declined() {
 		result = cmp.Or(out.Authorization.Status, out.Operation.Status)
 	}
-	e.tel.pspDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrPSPResult.String(result)))
+	e.tel.pspDuration.Record(ctx, time.Since(start).Seconds(), e.tel.pspAttrs.Get(result))
 }
 
 // traceContext serialises the span context of ctx to store with a new key.

@@ -14,6 +14,7 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/telemetry"
 )
 
 // Client is one PSP as the Router calls it (*psp.Client).
@@ -55,6 +56,11 @@ type Router struct {
 	skipped     metric.Int64Counter
 	failovers   metric.Int64Counter
 	breakerGage metric.Int64ObservableGauge
+
+	// The label sets of a call's measurements, one per combination.
+	callAttrs     *telemetry.AttrSets[[3]string] // psp, operation, class
+	durationAttrs *telemetry.AttrSets[[2]string] // psp, operation
+	requestAttrs  *telemetry.AttrSets[[2]string] // psp, kind
 }
 
 // New returns a Router over clients, one per PSP of cfg.
@@ -105,6 +111,15 @@ var (
 )
 
 func (r *Router) instruments(m metric.Meter) error {
+	r.callAttrs = telemetry.NewAttrSets(func(k [3]string) []attribute.KeyValue {
+		return []attribute.KeyValue{attrPSP.String(k[0]), attrOperation.String(k[1]), attrClass.String(k[2])}
+	})
+	r.durationAttrs = telemetry.NewAttrSets(func(k [2]string) []attribute.KeyValue {
+		return []attribute.KeyValue{attrPSP.String(k[0]), attrOperation.String(k[1])}
+	})
+	r.requestAttrs = telemetry.NewAttrSets(func(k [2]string) []attribute.KeyValue {
+		return []attribute.KeyValue{attrPSP.String(k[0]), attrKind.String(k[1])}
+	})
 	var errs [7]error
 	r.calls, errs[0] = m.Int64Counter("phasepay.psp.calls",
 		metric.WithDescription("PSP calls (one attempt of an operation, its quick retries and lookups included), by psp, operation and outcome class."))
@@ -245,7 +260,7 @@ func (r *Router) LookupAt(ctx context.Context, name, reference string) ([]psp.Au
 		return nil, err
 	}
 	list, err := c.Lookup(ctx, reference)
-	r.requests.Add(ctx, 1, metric.WithAttributes(attrPSP.String(name), attrKind.String("lookup")))
+	r.requests.Add(ctx, 1, r.requestAttrs.Get([2]string{name, "lookup"}))
 	return list, err
 }
 
@@ -269,13 +284,12 @@ func (r *Router) record(ctx context.Context, name, op string, start time.Time, o
 		return // the caller left: nothing learnt about the PSP
 	}
 	r.breakers[name].Record(out.Class)
-	p := attrPSP.String(name)
-	r.calls.Add(ctx, 1, metric.WithAttributes(p, attrOperation.String(op), attrClass.String(out.Class.String())))
-	r.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(p, attrOperation.String(op)))
+	r.calls.Add(ctx, 1, r.callAttrs.Get([3]string{name, op, out.Class.String()}))
+	r.duration.Record(ctx, time.Since(start).Seconds(), r.durationAttrs.Get([2]string{name, op}))
 	if out.Sent > 0 {
-		r.requests.Add(ctx, int64(out.Sent), metric.WithAttributes(p, attrKind.String("send")))
+		r.requests.Add(ctx, int64(out.Sent), r.requestAttrs.Get([2]string{name, "send"}))
 	}
 	if out.Lookups > 0 {
-		r.requests.Add(ctx, int64(out.Lookups), metric.WithAttributes(p, attrKind.String("lookup")))
+		r.requests.Add(ctx, int64(out.Lookups), r.requestAttrs.Get([2]string{name, "lookup"}))
 	}
 }
