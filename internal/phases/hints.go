@@ -23,34 +23,42 @@ import (
 // more (a seen key that turns out unfinished goes on to the claim) or
 // nothing more (an unseen key that exists is answered by the claim's
 // exchange). A retry that reaches another process is an unseen key there.
-// The table is a fixed array of hashes, one per slot, overwritten by
-// collisions: no allocation, no lock, no growth.
+// The table is a fixed array of slots, each the top 32 bits of a key's
+// hash, indexed by its low bits and overwritten by collisions: no
+// allocation, no lock, no growth. A key is remembered until a later key
+// takes its slot, so the table's size is how many recent keys it covers:
+// 2^20 slots (4 MiB) keep most of the last million keys, minutes of
+// traffic at this machine's rates, which is when retries come. (With 2^14
+// slots, make bench's replays, of keys tens of thousands of charges old,
+// found their hint overwritten and went through the claim.) A false
+// "seen" (two keys sharing slot and tag, one in 2^32) costs one read.
 type keyHints struct {
 	seed  maphash.Seed
-	slots [1 << 14]atomic.Uint64
+	slots [1 << 20]atomic.Uint32
 }
 
 func newKeyHints() *keyHints { return &keyHints{seed: maphash.MakeSeed()} }
 
-func (h *keyHints) slot(tenantID int64, key string) (*atomic.Uint64, uint64) {
+func (h *keyHints) slot(tenantID int64, key string) (*atomic.Uint32, uint32) {
 	var m maphash.Hash
 	m.SetSeed(h.seed)
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], uint64(tenantID))
 	_, _ = m.Write(b[:])
 	_, _ = m.WriteString(key)
-	sum := m.Sum64() | 1 // never 0, the empty slot
-	return &h.slots[sum&(uint64(len(h.slots))-1)], sum
+	sum := m.Sum64()
+	tag := uint32(sum>>32) | 1 // never 0, the empty slot
+	return &h.slots[sum&(uint64(len(h.slots))-1)], tag
 }
 
 // seen reports whether the key was probably added before.
 func (h *keyHints) seen(tenantID int64, key string) bool {
-	s, sum := h.slot(tenantID, key)
-	return s.Load() == sum
+	s, tag := h.slot(tenantID, key)
+	return s.Load() == tag
 }
 
 // add remembers the key.
 func (h *keyHints) add(tenantID int64, key string) {
-	s, sum := h.slot(tenantID, key)
-	s.Store(sum)
+	s, tag := h.slot(tenantID, key)
+	s.Store(tag)
 }
