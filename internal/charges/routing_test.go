@@ -283,7 +283,11 @@ func TestUnknownOutcomeNeverFailsOver(t *testing.T) {
 	t.Run("in flight when the lookup said nothing", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		w := newRoutedWorld(t, routedConfig{slow: map[string]time.Duration{"primary": 400 * time.Millisecond}, attemptTimeout: 100 * time.Millisecond})
+		// The primary's delay is far longer than the attempt's timeout and
+		// than the run's retries and lookups take even on a loaded machine
+		// (with 400 ms, a make test under load once saw it land before
+		// Create returned).
+		w := newRoutedWorld(t, routedConfig{slow: map[string]time.Duration{"primary": 1500 * time.Millisecond}, attemptTimeout: 100 * time.Millisecond})
 		req, params := chargestest.Request(t, visa)
 		_, err := w.service(t, 0, charges.Config{}).Create(ctx, w.Tenant, "k", req, params)
 		require.ErrorIs(t, err, phases.ErrPSPUnavailable)
