@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/envconfig"
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/platform"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/routing"
 )
@@ -58,7 +58,7 @@ type Config struct {
 
 // Defaults of the contract.
 const (
-	DatabaseURLDefault = platform.DatabaseURLDefault
+	DatabaseURLDefault = dbpool.DatabaseURLDefault
 	AddrDefault        = "127.0.0.1:8080"
 	MockPSPAddrDefault = psp.MockAddrDefault
 	LeaseDefault       = 60 * time.Second

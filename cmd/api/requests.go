@@ -12,8 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/platform"
+	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
 )
@@ -215,7 +216,7 @@ func withPool(ctx context.Context, inv *invocation, fn func(context.Context, *pg
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	platform.ConfigurePool(cfg, inv.cfg.DatabaseURL)
+	dbpool.ConfigurePool(cfg, inv.cfg.DatabaseURL)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("database: %w", err)
@@ -244,9 +245,9 @@ func resolvingService(ctx context.Context, inv *invocation, pool *pgxpool.Pool, 
 	// With PSPS, the lookup asks every PSP (routing.Router.Lookup).
 	var client charges.Authorizer
 	if len(inv.cfg.Routing.PSPs) > 0 && !inv.cfg.Routing.Single {
-		client, err = platform.PSPRouter(inv.cfg.Routing, tel, inv.logger)
+		client, err = routing.NewTraced(inv.cfg.Routing, tel, inv.logger)
 	} else {
-		client, err = platform.PSPClient(pspURL, tel)
+		client, err = routing.TracedClient(pspURL, tel)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("psp: %w", err)

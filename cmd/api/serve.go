@@ -17,12 +17,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/platform"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
 	"github.com/phasepay/phasepay/migrations"
@@ -72,7 +73,7 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		defer tel.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // best effort at exit
 	}
-	pool, err := platform.OpenPool(ctx, m.Config.DatabaseURL, tel)
+	pool, err := dbpool.OpenPool(ctx, m.Config.DatabaseURL, tel)
 	if err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func (m *Main) Run(ctx context.Context) error {
 			}()
 			mockURL = ms.URL
 		}
-		if authorizer, err = platform.PSPRouter(m.Config.routes(mockURL), tel, m.Logger); err != nil {
+		if authorizer, err = routing.NewTraced(m.Config.routes(mockURL), tel, m.Logger); err != nil {
 			return fmt.Errorf("psp: %w", err)
 		}
 	}

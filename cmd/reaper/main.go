@@ -23,11 +23,11 @@ import (
 	"time"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/envconfig"
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/platform"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
 	"github.com/phasepay/phasepay/internal/routing"
@@ -50,7 +50,7 @@ Configuration is by environment variable:
                        in-process mock PSP of the reaper's own (tests only)
   PSPS, PSP_ROUTING    instead of PSP_URL, several PSPs and the order each
                        currency tries them in (the API's values)
-  DATABASE_URL         PostgreSQL (default ` + platform.DatabaseURLDefault + `)
+  DATABASE_URL         PostgreSQL (default ` + dbpool.DatabaseURLDefault + `)
   LEASE                lease taken by a takeover; must match the API's (default 60s)
   REAPER_INTERVAL      pause between passes (default 1s)
   RETENTION            how long a finished key is kept (default 24h)
@@ -124,7 +124,7 @@ const PSPEmbedded = "embedded"
 // ParseEnv reads Config from the environment and validates it.
 func ParseEnv(getenv func(string) string) (Config, error) {
 	c := Config{
-		DatabaseURL: envconfig.String(getenv, "DATABASE_URL", platform.DatabaseURLDefault),
+		DatabaseURL: envconfig.String(getenv, "DATABASE_URL", dbpool.DatabaseURLDefault),
 		PSPURL:      getenv("PSP_URL"),
 		MetricsAddr: cmp.Or(getenv("REAPER_METRICS_ADDR"), getenv("METRICS_ADDR")),
 	}
@@ -185,7 +185,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	defer tel.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // best effort at exit
-	pool, err := platform.OpenPool(ctx, m.Config.DatabaseURL, tel)
+	pool, err := dbpool.OpenPool(ctx, m.Config.DatabaseURL, tel)
 	if err != nil {
 		return err
 	}
@@ -208,7 +208,7 @@ func (m *Main) Run(ctx context.Context) error {
 			m.Logger.Warn("PSP_URL=embedded: using an in-process mock PSP of the reaper's own", "url", ms.URL)
 			routes.PSPs = []routing.PSP{{Name: routing.DefaultName, URL: ms.URL}}
 		}
-		if authorizer, err = platform.PSPRouter(routes, tel, m.Logger); err != nil {
+		if authorizer, err = routing.NewTraced(routes, tel, m.Logger); err != nil {
 			return fmt.Errorf("psp: %w", err)
 		}
 	}

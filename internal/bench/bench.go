@@ -24,7 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/phasepay/phasepay/internal/platform"
+	"github.com/phasepay/phasepay/internal/dbpool"
 )
 
 // Config configures a run.
@@ -289,7 +289,7 @@ func (e *env) setup(ctx context.Context) error {
 }
 
 // apiPool opens a pool on url the way the api opens its own
-// (platform.ConfigurePool: its timeouts and its plan cache mode, which
+// (dbpool.ConfigurePool: its timeouts and its plan cache mode, which
 // decides whether a claim's statements are planned at every execution),
 // so that the claims the benchmark times directly cost what the api's do.
 // Seeding and other set-up use a plain pool: a 10 M-key seed runs for
@@ -299,7 +299,7 @@ func apiPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	platform.ConfigurePool(cfg, url)
+	dbpool.ConfigurePool(cfg, url)
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 

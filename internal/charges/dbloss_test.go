@@ -15,10 +15,10 @@ import (
 
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/charges/chargestest"
+	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/pgcluster"
-	"github.com/phasepay/phasepay/internal/platform"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/migrations"
 )
@@ -38,7 +38,7 @@ func TestDatabaseLostAfterPSPAnsweredKeepsNoLease(t *testing.T) {
 	require.NoError(t, migrations.UpURL(ctx, url))
 	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)
-	platform.ConfigurePool(cfg, url)
+	dbpool.ConfigurePool(cfg, url)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

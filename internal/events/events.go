@@ -305,7 +305,7 @@ func List(ctx context.Context, q DBTX, tenantID int64, typ Type, startingAfter s
 	}
 	// Sent with its values in its text (pgx's simple protocol), so that it
 	// is planned for them: phasepay's connections otherwise reuse one
-	// generic plan per statement (platform.PlanCacheModeDefault), and a
+	// generic plan per statement (dbpool.PlanCacheModeDefault), and a
 	// generic plan of the optional filters above can use neither the
 	// cursor as an index range nor events_tenant_type_created for a type:
 	// with 63,000 events, a page past the first took 31 ms instead of 1,

@@ -14,7 +14,7 @@ import (
 )
 
 // claimLockTimeout is the lock_timeout of the claims below, as every
-// phasepay connection has one (internal/platform).
+// phasepay connection has one (internal/dbpool).
 const claimLockTimeout = 2 * time.Second
 
 // waitForLockWait waits until a session of the named application waits on

@@ -52,7 +52,7 @@ SELECT $1, 'done-' || i, $2, 'POST', '/v1/things', '{}', 'done', 'done', 201, 'a
 	t.Logf("plan of the reaper's pick:\n%s", plan)
 
 	// The same with the batch size a parameter, in the one generic plan
-	// that phasepay's connections reuse (platform.PlanCacheModeDefault).
+	// that phasepay's connections reuse (dbpool.PlanCacheModeDefault).
 	generic := testdb.Pool(t, b.url, time.Time{}, func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	})
@@ -86,7 +86,7 @@ func explain(t *testing.T, b *testBundle, sql string, args ...any) string {
 }
 
 // phasepay's connections reuse one generic plan per statement
-// (platform.PlanCacheModeDefault). A generic plan of the key lists, whose
+// (dbpool.PlanCacheModeDefault). A generic plan of the key lists, whose
 // filters are optional ("$2 = ” OR …"), would read every key of every day
 // kept to find a page; the lists are sent with their values instead, and
 // planned for them: a state filter reads the partial index of unfinished

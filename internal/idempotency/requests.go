@@ -83,7 +83,7 @@ func scanView(row pgx.Row) (View, error) {
 // planWithValues sends a list's statement with its values in its text
 // (pgx's simple protocol), so that PostgreSQL plans it for them every
 // time. phasepay's connections reuse one generic plan per statement
-// (platform.PlanCacheModeDefault), and a generic plan of the lists below
+// (dbpool.PlanCacheModeDefault), and a generic plan of the lists below
 // can use neither the keyset cursor as an index range ("$3 IS NULL OR …")
 // nor the partial index idempotency_keys_unfinished for a state filter
 // ("$2 = ” OR …"): it reads every key of every day kept. With 30 days of

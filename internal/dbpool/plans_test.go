@@ -1,4 +1,4 @@
-package platform_test
+package dbpool_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/platform"
+	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/testdb"
 )
@@ -28,7 +28,7 @@ func TestEveryConnectionPlansOnce(t *testing.T) {
 	// pgx prepares every statement, more often than auto's five custom
 	// plans, and returns the setting and the plans the server made.
 	plans := func(url string) (mode string, generic, custom int64) {
-		pool, err := platform.OpenPool(ctx, url, tel)
+		pool, err := dbpool.OpenPool(ctx, url, tel)
 		require.NoError(t, err)
 		defer pool.Close()
 		conn, err := pool.Acquire(ctx)
@@ -46,7 +46,7 @@ func TestEveryConnectionPlansOnce(t *testing.T) {
 		return mode, generic, custom
 	}
 	mode, generic, custom := plans(url)
-	require.Equal(t, platform.PlanCacheModeDefault, mode)
+	require.Equal(t, dbpool.PlanCacheModeDefault, mode)
 	require.Equal(t, int64(0), custom)
 	require.Positive(t, generic)
 

@@ -1,12 +1,11 @@
-// Package platform opens what every phasepay process needs the same way:
-// a traced PostgreSQL pool and a traced PSP client. cmd/api and cmd/reaper
-// wire the rest.
-package platform
+// Package dbpool is how every phasepay process connects to PostgreSQL:
+// one traced pool, with the server-side limits and the plan cache mode
+// every connection runs under. cmd/api and cmd/reaper wire the rest.
+package dbpool
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -14,10 +13,7 @@ import (
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
-	"github.com/phasepay/phasepay/internal/psp"
-	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
 )
 
@@ -133,35 +129,3 @@ func OpenPool(ctx context.Context, url string, tel *telemetry.Telemetry) (*pgxpo
 type exchangeTracer struct{ *otelpgx.Tracer }
 
 func (exchangeTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-
-// PSPClient returns a PSP client whose calls are traced and carry the W3C
-// trace context to the PSP, so one trace spans both processes. Its
-// transport is psp.NewTransport, which never resends a request by itself
-// (net/http would, for any request carrying an Idempotency-Key): every PSP
-// request is sent exactly as often as the psp client decides.
-func PSPClient(baseURL string, tel *telemetry.Telemetry) (*psp.Client, error) {
-	transport := otelhttp.NewTransport(psp.NewTransport(),
-		otelhttp.WithTracerProvider(tel.Tracer),
-		otelhttp.WithMeterProvider(tel.Meter),
-		otelhttp.WithPropagators(tel.Propagator),
-	)
-	return psp.NewClient(psp.ClientConfig{
-		BaseURL:    baseURL,
-		HTTPClient: psp.NewHTTPClient(transport),
-	})
-}
-
-// PSPRouter returns the Router over cfg's PSPs, each a PSPClient, with its
-// breakers and per-PSP metrics on tel. cfg's URLs must be real (a process
-// replaces routing.Embedded with its mock's URL first).
-func PSPRouter(cfg routing.Config, tel *telemetry.Telemetry, logger *slog.Logger) (*routing.Router, error) {
-	clients := map[string]routing.Client{}
-	for _, p := range cfg.PSPs {
-		c, err := PSPClient(p.URL, tel)
-		if err != nil {
-			return nil, fmt.Errorf("psp %s: %w", p.Name, err)
-		}
-		clients[p.Name] = c
-	}
-	return routing.New(cfg, clients, routing.Options{Logger: logger, MeterProvider: tel.Meter})
-}

@@ -1,4 +1,4 @@
-package platform_test
+package routing_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/phasepay/phasepay/internal/platform"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
 )
 
@@ -40,7 +40,7 @@ func TestPSPReceivesTraceparent(t *testing.T) {
 	require.NoError(t, err)
 	tel.Tracer = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	tel.Propagator = propagation.TraceContext{}
-	client, err := platform.PSPClient(srv.URL, tel)
+	client, err := routing.TracedClient(srv.URL, tel)
 	require.NoError(t, err)
 
 	ctx, span := tel.Tracer.Tracer("test").Start(context.Background(), "phase")

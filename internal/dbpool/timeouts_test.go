@@ -1,4 +1,4 @@
-package platform_test
+package dbpool_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/platform"
+	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/testdb"
 )
@@ -24,13 +24,13 @@ func TestEveryConnectionHasTimeouts(t *testing.T) {
 	url := testdb.NewURL(t)
 
 	show := func(url string) (statement, lock, idle string) {
-		pool, err := platform.OpenPool(ctx, url, tel)
+		pool, err := dbpool.OpenPool(ctx, url, tel)
 		require.NoError(t, err)
 		defer pool.Close()
 		require.NoError(t, pool.QueryRow(ctx,
 			`SELECT current_setting('statement_timeout'), current_setting('lock_timeout'),
 			        current_setting('idle_in_transaction_session_timeout')`).Scan(&statement, &lock, &idle))
-		require.Equal(t, platform.ConnectTimeoutDefault, pool.Config().ConnConfig.ConnectTimeout)
+		require.Equal(t, dbpool.ConnectTimeoutDefault, pool.Config().ConnConfig.ConnectTimeout)
 		return statement, lock, idle
 	}
 	statement, lock, idle := show(url)

@@ -1,0 +1,43 @@
+package routing
+
+import (
+	"fmt"
+	"log/slog"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
+	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/telemetry"
+)
+
+// TracedClient returns a PSP client whose calls are traced and carry the W3C
+// trace context to the PSP, so one trace spans both processes. Its
+// transport is psp.NewTransport, which never resends a request by itself
+// (net/http would, for any request carrying an Idempotency-Key): every PSP
+// request is sent exactly as often as the psp client decides.
+func TracedClient(baseURL string, tel *telemetry.Telemetry) (*psp.Client, error) {
+	transport := otelhttp.NewTransport(psp.NewTransport(),
+		otelhttp.WithTracerProvider(tel.Tracer),
+		otelhttp.WithMeterProvider(tel.Meter),
+		otelhttp.WithPropagators(tel.Propagator),
+	)
+	return psp.NewClient(psp.ClientConfig{
+		BaseURL:    baseURL,
+		HTTPClient: psp.NewHTTPClient(transport),
+	})
+}
+
+// NewTraced returns the Router over cfg's PSPs, each a TracedClient, with its
+// breakers and per-PSP metrics on tel. cfg's URLs must be real (a process
+// replaces Embedded with its mock's URL first).
+func NewTraced(cfg Config, tel *telemetry.Telemetry, logger *slog.Logger) (*Router, error) {
+	clients := map[string]Client{}
+	for _, p := range cfg.PSPs {
+		c, err := TracedClient(p.URL, tel)
+		if err != nil {
+			return nil, fmt.Errorf("psp %s: %w", p.Name, err)
+		}
+		clients[p.Name] = c
+	}
+	return New(cfg, clients, Options{Logger: logger, MeterProvider: tel.Meter})
+}
