@@ -17,23 +17,31 @@ import (
 	"github.com/phasepay/phasepay/internal/testdb"
 )
 
-// The round-trip count is measured on the wire, so it must count
-// exchanges, not statements: a pipelined batch is one, a transaction whose
-// BEGIN, statement and COMMIT each wait for their answer is three.
-func TestWireCounterCountsExchangesNotStatements(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// countedConn is a connection to a new test database through a wire
+// counter of its own.
+func countedConn(t *testing.T) (*wireCounter, *pgx.Conn) {
+	t.Helper()
 	dbURL := testdb.NewURL(t)
 	w, err := startWireCounter(pgHost(dbURL))
 	require.NoError(t, err)
 	t.Cleanup(w.Close)
 	via, err := viaWireCounter(dbURL, w.Addr())
 	require.NoError(t, err)
-	conn, err := pgx.Connect(ctx, via)
+	conn, err := pgx.Connect(context.Background(), via)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
+	return w, conn
+}
 
-	_, err = conn.Exec(ctx, `SELECT 1`) // prepares and caches the statement
+// The round-trip count is measured on the wire, so it must count
+// exchanges, not statements: a pipelined batch is one, a transaction whose
+// BEGIN, statement and COMMIT each wait for their answer is three.
+func TestWireCounterCountsExchangesNotStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w, conn := countedConn(t)
+
+	_, err := conn.Exec(ctx, `SELECT 1`) // prepares and caches the statement
 	require.NoError(t, err)
 
 	trips := func(f func()) int64 {
@@ -72,15 +80,7 @@ func TestWireCounterCountsExchangesNotStatements(t *testing.T) {
 func TestWireCounterCountsStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL := testdb.NewURL(t)
-	w, err := startWireCounter(pgHost(dbURL))
-	require.NoError(t, err)
-	t.Cleanup(w.Close)
-	via, err := viaWireCounter(dbURL, w.Addr())
-	require.NoError(t, err)
-	conn, err := pgx.Connect(ctx, via)
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	w, conn := countedConn(t)
 
 	statements := func(f func()) int64 {
 		before := w.Statements()

@@ -27,19 +27,14 @@ func TestReaperQueryReadsOnlyDueKeys(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	// 50,000 finished keys and a few unfinished ones, with fresh statistics.
-	_, err := b.pool.Exec(ctx, `
-INSERT INTO idempotency_keys (tenant_id, key, fingerprint, request_method, request_path, request_body,
-                              state, recovery_point, response_status, response_content_type, response_body, finished_at)
-SELECT $1, 'done-' || i, $2, 'POST', '/v1/things', '{}', 'done', 'done', 201, 'application/json', '{}', phasepay_now()
-  FROM generate_series(1, 50000) i`, b.tenant, b.req.Fingerprint[:])
-	require.NoError(t, err)
+	seedFinishedKeys(t, b, 50_000)
 	for _, k := range []string{"u1", "u2", "u3"} {
 		rec, _, err := claim(ctx, b.pool, b.store, b.tenant, k, b.req)
 		require.NoError(t, err)
 		_, err = b.store.LeaseOf(rec).Release(ctx, b.pool, nil, 0)
 		require.NoError(t, err)
 	}
-	_, err = b.pool.Exec(ctx, `ANALYZE idempotency_keys`)
+	_, err := b.pool.Exec(ctx, `ANALYZE idempotency_keys`)
 	require.NoError(t, err)
 
 	var part string
@@ -96,13 +91,8 @@ func TestListsArePlannedForTheirValues(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	_, err := b.pool.Exec(ctx, `
-INSERT INTO idempotency_keys (tenant_id, key, fingerprint, request_method, request_path, request_body,
-                              state, recovery_point, response_status, response_content_type, response_body, finished_at)
-SELECT $1, 'done-' || i, $2, 'POST', '/v1/things', '{}', 'done', 'done', 201, 'application/json', '{}', phasepay_now()
-  FROM generate_series(1, 50000) i`, b.tenant, b.req.Fingerprint[:])
-	require.NoError(t, err)
-	_, _, err = claim(ctx, b.pool, b.store, b.tenant, "stuck", b.req)
+	seedFinishedKeys(t, b, 50_000)
+	_, _, err := claim(ctx, b.pool, b.store, b.tenant, "stuck", b.req)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(ctx, `UPDATE idempotency_keys SET state = 'needs_attention', locked_until = NULL WHERE key = 'stuck'`)
 	require.NoError(t, err)
@@ -162,4 +152,15 @@ SELECT $1, 'done-' || i, $2, 'POST', '/v1/things', '{}', 'done', 'done', 201, 'a
 	})
 	require.Len(t, views, 3)
 	require.Regexp(t, `Index Cond: .*ROW\(created_at, key\) < ROW\(`, plan)
+}
+
+// seedFinishedKeys stores n finished keys of b's tenant, done-1 to done-n.
+func seedFinishedKeys(t *testing.T, b *testBundle, n int) {
+	t.Helper()
+	_, err := b.pool.Exec(context.Background(), `
+INSERT INTO idempotency_keys (tenant_id, key, fingerprint, request_method, request_path, request_body,
+                              state, recovery_point, response_status, response_content_type, response_body, finished_at)
+SELECT $1, 'done-' || i, $2, 'POST', '/v1/things', '{}', 'done', 'done', 201, 'application/json', '{}', phasepay_now()
+  FROM generate_series(1, $3::int) i`, b.tenant, b.req.Fingerprint[:], n)
+	require.NoError(t, err)
 }
