@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/phasepay/phasepay/internal/events"
 )
@@ -112,27 +113,33 @@ func Get(ctx context.Context, q events.DBTX, tenantID int64, id string) (Endpoin
 }
 
 // listSQL pages through a tenant's live endpoints, newest first, keyset on
-// (created_at, id).
+// (created_at, id) below the cursor ($2, $3), which the partial index
+// webhook_endpoints_tenant_created serves as a range. The first page's
+// cursor is 'infinity' with an empty id (as for charges, charges.List):
+// an "$2 IS NULL OR …" instead cannot be a range in the one generic plan
+// phasepay's connections reuse (dbpool.PlanCacheModeDefault), and would
+// read every live endpoint above the cursor.
 const listSQL = `SELECT ` + endpointColumns + ` FROM webhook_endpoints
  WHERE tenant_id = $1 AND deleted_at IS NULL
-   AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
+   AND (created_at, id) < ($2, $3)
  ORDER BY created_at DESC, id DESC
  LIMIT $4`
+
+// top is the cursor of a first page: timestamptz 'infinity' sorts after
+// every time a row holds.
+var top = pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
 
 // List returns up to limit of the tenant's live endpoints, newest first,
 // after startingAfter (none if ""), without secrets. It returns
 // ErrNotFound if startingAfter names no live endpoint of the tenant.
 func List(ctx context.Context, q events.DBTX, tenantID int64, startingAfter string, limit int) ([]Endpoint, error) {
-	var (
-		afterAt *time.Time
-		afterID string
-	)
+	afterAt, afterID := top, ""
 	if startingAfter != "" {
 		ep, err := Get(ctx, q, tenantID, startingAfter)
 		if err != nil {
 			return nil, err
 		}
-		afterAt, afterID = &ep.CreatedAt, ep.ID
+		afterAt, afterID = pgtype.Timestamptz{Time: ep.CreatedAt, Valid: true}, ep.ID
 	}
 	rows, err := q.Query(ctx, listSQL, tenantID, afterAt, afterID, limit)
 	if err != nil {

@@ -408,3 +408,28 @@ func TestDeleteWaitsForEventsInFlight(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{inFlight.ID}, queued, "the event after DELETE (%s) must not be queued", after.ID)
 }
+
+// The endpoint list pages newest first, one page after the other, every
+// live endpoint once: the first page's cursor is the 'infinity' sentinel,
+// each next one the last endpoint of the page before.
+func TestEndpointListPagesNewestFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	var created []string
+	for i := range 3 {
+		created = append([]string{b.endpoint(t, fmt.Sprintf("https://example.com/%d", i)).ID}, created...)
+	}
+	var paged []string
+	after := ""
+	for range len(created) + 1 {
+		page, err := webhooks.List(ctx, b.pool, b.tenant, after, 1)
+		require.NoError(t, err)
+		if len(page) == 0 {
+			break
+		}
+		paged = append(paged, page[0].ID)
+		after = page[0].ID
+	}
+	require.Equal(t, created, paged)
+}
