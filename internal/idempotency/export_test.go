@@ -9,3 +9,6 @@ var DueKeysSQLForTest = strings.Replace(dueKeysSQL, "$1", "20", 1)
 // DueKeysSQLGenericForTest is the pick as sent, its batch size a
 // parameter, for the plan test's generic plan.
 var DueKeysSQLGenericForTest = dueKeysSQL
+
+// FinalizeDetachForTest is finalizeDetach, for its test.
+var FinalizeDetachForTest = finalizeDetach

@@ -180,7 +180,7 @@ func DropExpiredPartitions(ctx context.Context, q Beginner, retention time.Durat
 		ident := pgx.Identifier{p.name}.Sanitize()
 		switch {
 		case p.detachPending:
-			if _, err := q.Exec(ctx, "ALTER TABLE idempotency_keys DETACH PARTITION "+ident+" FINALIZE"); err != nil {
+			if err := finalizeDetach(ctx, q, "idempotency_keys", ident); err != nil {
 				return report, fmt.Errorf("finalize detach of %s: %w", p.name, err)
 			}
 		case p.attached:
@@ -251,7 +251,7 @@ func dropExpiredHeadMonths(ctx context.Context, q Beginner) ([]string, error) {
 		ident := pgx.Identifier{m.name}.Sanitize()
 		switch {
 		case m.detachPending:
-			if _, err := q.Exec(ctx, "ALTER TABLE idempotency_key_heads DETACH PARTITION "+ident+" FINALIZE"); err != nil {
+			if err := finalizeDetach(ctx, q, "idempotency_key_heads", ident); err != nil {
 				return dropped, fmt.Errorf("finalize detach of %s: %w", m.name, err)
 			}
 		case m.attached:
@@ -265,6 +265,28 @@ func dropExpiredHeadMonths(ctx context.Context, q Beginner) ([]string, error) {
 		dropped = append(dropped, m.name)
 	}
 	return dropped, nil
+}
+
+// isPartitionSQL: whether table $1 is still a partition of $2, attached or
+// with its detach pending.
+const isPartitionSQL = `SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = $1::regclass AND inhparent = $2::regclass)`
+
+// finalizeDetach completes the DETACH … CONCURRENTLY of partition ident
+// that an earlier pass left pending (its second phase was interrupted).
+// That earlier DETACH may complete by itself after the listing saw it
+// pending: its cancellation reaches the server only after the wait it was
+// cancelled in had ended. Then FINALIZE fails on a table that is no longer
+// a partition, and there is nothing left to do but drop it.
+func finalizeDetach(ctx context.Context, q DBTX, parent, ident string) error {
+	_, err := q.Exec(ctx, "ALTER TABLE "+parent+" DETACH PARTITION "+ident+" FINALIZE")
+	if err == nil {
+		return nil
+	}
+	var still bool
+	if qerr := q.QueryRow(ctx, isPartitionSQL, ident, parent).Scan(&still); qerr != nil || still {
+		return err
+	}
+	return nil
 }
 
 // keepReason says why an expired partition must stay, or "" if it may go.

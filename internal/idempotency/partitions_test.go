@@ -179,6 +179,26 @@ func TestInterruptedDetachIsFinalized(t *testing.T) {
 	require.False(t, partitionExists(t, b.pool, pending))
 }
 
+// An interrupted DETACH … CONCURRENTLY can still complete by itself after
+// a pass listed it as pending (its cancellation reached the server too
+// late): finishing it then finds a table that is no longer a partition,
+// which is done, not an error. A partition still attached is not mistaken
+// for one: FINALIZE of it fails.
+func TestFinalizeOfADetachThatCompletedItself(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	d := day(90)
+	finishedKey(t, b, d.Add(time.Hour), "k", true)
+	ident := pgx.Identifier{partitionName(d)}.Sanitize()
+
+	require.Error(t, idempotency.FinalizeDetachForTest(ctx, b.pool, "idempotency_keys", ident), "attached, no detach pending")
+	_, err := b.pool.Exec(ctx, "ALTER TABLE idempotency_keys DETACH PARTITION "+ident)
+	require.NoError(t, err)
+	require.NoError(t, idempotency.FinalizeDetachForTest(ctx, b.pool, "idempotency_keys", ident))
+	require.True(t, partitionExists(t, b.pool, partitionName(d)), "left for the DROP that follows")
+}
+
 // DETACH … CONCURRENTLY refuses to run beside a DEFAULT partition; one that
 // an operator added makes retention fall back to a plain DETACH, not fail.
 func TestDropWithDefaultPartition(t *testing.T) {
