@@ -12,3 +12,7 @@ var DueKeysSQLGenericForTest = dueKeysSQL
 
 // FinalizeDetachForTest is finalizeDetach, for its test.
 var FinalizeDetachForTest = finalizeDetach
+
+// ClaimFuncSQLForTest is QueueClaim's claim (idempotency_keys_claim), for
+// the tests of what it finds.
+var ClaimFuncSQLForTest = claimFuncSQL

@@ -59,8 +59,9 @@ type Queuer interface {
 }
 
 // claimFuncSQL is the claim of QueueClaim: idempotency_keys_claim
-// (migrations/00013) holds the key's advisory lock like claimLockSQL, then
-// finds or inserts the key like claimSQL, and returns its row either way;
+// (migrations/00013, 00016) holds the key's advisory lock like
+// claimLockSQL, then finds (one probe of the heads for a new key) or
+// inserts the key like claimSQL, and returns its row either way;
 // which of the two it did it leaves in the setting phasepay.claim, read
 // here once the function has returned its row (a plpgsql set-returning
 // function runs to completion before its caller reads the first row).
