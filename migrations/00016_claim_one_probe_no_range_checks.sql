@@ -41,7 +41,9 @@
 -- replays from that read, without a claim. A replay that does reach the
 -- claim now waits for the key's lock while a claim of the same key holds
 -- it, which is at most one claim transaction (the lock is
--- transaction-scoped).
+-- transaction-scoped). Backend CPU of a new key's BEGIN, claim and
+-- ROLLBACK, 5 day partitions, generic plans, one client, medians of 9
+-- alternating runs of 20,000: 0.207 ms (first version) against 0.181.
 --
 -- Uniqueness of (tenant_id, key) is kept exactly as before: the key's
 -- advisory lock (same namespace and hash as idempotency.claimLockSQL),
@@ -111,7 +113,9 @@ $$;
 -- the CHECK only costs: every INSERT and UPDATE of keys, heads, events,
 -- deliveries and attempts reads it back (stringToNode) and compiles it
 -- (ExecConstraints: 11% of PostgreSQL's CPU in a perf profile of new
--- charges). Nothing reads these CHECKs after the ATTACH:
+-- charges). 20,000 single-row INSERTs of heads in a plpgsql loop took
+-- 0.015 ms each with the month's CHECK, 0.009 without (medians of 7
+-- alternating runs). Nothing reads these CHECKs after the ATTACH:
 --   * rows are routed by the bound, and a row out of range is refused by
 --     the bound (partition constraint), checked on every direct insert or
 --     update of a partition, CHECK or not;
