@@ -61,7 +61,7 @@ func ParseCaptureRequest(chargeID string, body []byte) (idempotency.Canonical, e
 	if p.Amount != nil && (*p.Amount <= 0 || *p.Amount > MaxAmount) {
 		return idempotency.Canonical{}, &ValidationError{Fields: []problem.FieldError{{Field: "amount", Message: fmt.Sprintf("must be a positive integer of at most %d", int64(MaxAmount))}}}
 	}
-	return idempotency.CanonicalizeParams(http.MethodPost, "/v1/charges/"+chargeID+"/capture", p)
+	return idempotency.CanonicalizeParams(http.MethodPost, pathOf(CapturePath, chargeID), p)
 }
 
 func captureOperation(o Operator) *phases.Operation[*Charge] {

@@ -7,6 +7,7 @@ package charges
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/phasepay/phasepay/internal/idempotency"
@@ -127,6 +128,65 @@ func (s *Service) Refund(ctx context.Context, tenantID int64, key string, req id
 		return Result{}, phases.ErrNoOperation
 	}
 	return phases.Do(ctx, s.engine, s.refund, tenantID, key, req)
+}
+
+// ParseError is a request body refused by its parser (a *ValidationError
+// or a *jsonbody.Error inside), from the FromBody methods.
+type ParseError = phases.ParseError
+
+// CreateFromBody runs one POST /v1/charges from its body as it came
+// (phases.DoRaw): a retry of a finished request with its first attempt's
+// bytes is answered by one read, without parsing them again; any other body
+// is parsed with ParseCreateRequest and run as Create. It returns Create's
+// errors, or a *ParseError.
+func (s *Service) CreateFromBody(ctx context.Context, tenantID int64, key string, body []byte) (Result, error) {
+	return phases.DoRaw(ctx, s.engine, s.authorize, tenantID, key, phases.Raw{
+		Method: http.MethodPost, Path: Path, Body: body,
+		Parse: func(body []byte) (idempotency.Canonical, error) {
+			req, _, err := ParseCreateRequest(body)
+			return req, err
+		},
+	})
+}
+
+// CaptureFromBody runs one POST /v1/charges/{id}/capture from its body as
+// it came, as CreateFromBody; a body is parsed with ParseCaptureRequest.
+// Capture's errors, or a *ParseError.
+func (s *Service) CaptureFromBody(ctx context.Context, tenantID int64, key, chargeID string, body []byte) (Result, error) {
+	if s.capture == nil {
+		return Result{}, phases.ErrNoOperation
+	}
+	return phases.DoRaw(ctx, s.engine, s.capture, tenantID, key, phases.Raw{
+		Method: http.MethodPost, Path: pathOf(CapturePath, chargeID), Body: body,
+		Parse: func(body []byte) (idempotency.Canonical, error) { return ParseCaptureRequest(chargeID, body) },
+	})
+}
+
+// VoidFromBody runs one POST /v1/charges/{id}/void from its body as it
+// came, as CaptureFromBody (ParseVoidRequest).
+func (s *Service) VoidFromBody(ctx context.Context, tenantID int64, key, chargeID string, body []byte) (Result, error) {
+	if s.void == nil {
+		return Result{}, phases.ErrNoOperation
+	}
+	return phases.DoRaw(ctx, s.engine, s.void, tenantID, key, phases.Raw{
+		Method: http.MethodPost, Path: pathOf(VoidPath, chargeID), Body: body,
+		Parse: func(body []byte) (idempotency.Canonical, error) { return ParseVoidRequest(chargeID, body) },
+	})
+}
+
+// RefundFromBody runs one POST /v1/refunds from its body as it came, as
+// CreateFromBody (ParseRefundRequest). Refund's errors, or a *ParseError.
+func (s *Service) RefundFromBody(ctx context.Context, tenantID int64, key string, body []byte) (Result, error) {
+	if s.refund == nil {
+		return Result{}, phases.ErrNoOperation
+	}
+	return phases.DoRaw(ctx, s.engine, s.refund, tenantID, key, phases.Raw{
+		Method: http.MethodPost, Path: RefundPath, Body: body,
+		Parse: func(body []byte) (idempotency.Canonical, error) {
+			req, _, err := ParseRefundRequest(body)
+			return req, err
+		},
+	})
 }
 
 // GetRefund returns a tenant's refund, or ErrRefundNotFound.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -70,6 +71,11 @@ func admitSettlement(ctx context.Context, tx pgx.Tx, tenantID int64, req idempot
 
 // chargeOfPath is the {id} of /v1/charges/{id}/capture or /void.
 func chargeOfPath(path string) string { return phases.Segment(CapturePath, path, "id") }
+
+// pathOf is the request path of a capture or void (pattern) of a charge:
+// the one spelling of it, for the parsed request's fingerprint and the raw
+// one alike (see phases.Raw).
+func pathOf(pattern, chargeID string) string { return strings.Replace(pattern, "{id}", chargeID, 1) }
 
 // refusal is the stored answer of a request the charge's state does not
 // allow: a 400 with code, naming the charge.

@@ -50,7 +50,7 @@ func ParseVoidRequest(chargeID string, body []byte) (idempotency.Canonical, erro
 	if err := decode(body, &p); err != nil {
 		return idempotency.Canonical{}, err
 	}
-	return idempotency.CanonicalizeParams(http.MethodPost, "/v1/charges/"+chargeID+"/void", p)
+	return idempotency.CanonicalizeParams(http.MethodPost, pathOf(VoidPath, chargeID), p)
 }
 
 func voidOperation(o Operator) *phases.Operation[*Charge] {

@@ -17,40 +17,36 @@ import (
 
 // createCharge serves POST /v1/charges.
 func (s *server) createCharge(w http.ResponseWriter, r *http.Request) {
-	var params charges.CreateParams
-	s.runIdempotent(w, r, func(body []byte) (req idempotency.Canonical, err error) {
-		req, params, err = charges.ParseCreateRequest(body)
-		return req, err
-	}, func(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (charges.Result, error) {
-		return s.cfg.Charges.Create(ctx, tenantID, key, req, params)
-	})
+	s.runIdempotent(w, r, s.cfg.Charges.CreateFromBody)
 }
 
 // captureCharge serves POST /v1/charges/{id}/capture.
 func (s *server) captureCharge(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
-	s.runIdempotent(w, r, func(body []byte) (idempotency.Canonical, error) {
-		return charges.ParseCaptureRequest(id, body)
-	}, s.cfg.Charges.Capture)
+	s.runIdempotent(w, r, func(ctx context.Context, tenantID int64, key string, body []byte) (charges.Result, error) {
+		return s.cfg.Charges.CaptureFromBody(ctx, tenantID, key, id, body)
+	})
 }
 
 // voidCharge serves POST /v1/charges/{id}/void.
 func (s *server) voidCharge(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
-	s.runIdempotent(w, r, func(body []byte) (idempotency.Canonical, error) {
-		return charges.ParseVoidRequest(id, body)
-	}, s.cfg.Charges.Void)
+	s.runIdempotent(w, r, func(ctx context.Context, tenantID int64, key string, body []byte) (charges.Result, error) {
+		return s.cfg.Charges.VoidFromBody(ctx, tenantID, key, id, body)
+	})
 }
 
 // runIdempotent serves a POST that moves money under an Idempotency-Key.
 // Everything that can be wrong with the request (the key, the media type,
-// the body) is checked before the key is claimed, so a client can fix its
-// request and retry with the same key. parse fingerprints what it parsed,
-// never the bytes that came (see charges.ParseCreateRequest); run executes
-// the request, or replays its stored answer.
+// the body) is refused before the key is claimed, so a client can fix its
+// request and retry with the same key. run parses the body (a
+// *charges.ParseError when it is invalid) and executes the request, or
+// replays its stored answer: a retry with its first attempt's bytes is
+// answered without parsing them again (phases.DoRaw), any other body is
+// fingerprinted as parsed, never as it came (see
+// charges.ParseCreateRequest).
 func (s *server) runIdempotent(w http.ResponseWriter, r *http.Request,
-	parse func(body []byte) (idempotency.Canonical, error),
-	run func(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (charges.Result, error),
+	run func(ctx context.Context, tenantID int64, key string, body []byte) (charges.Result, error),
 ) {
 	tenant, _ := tenants.FromContext(r.Context())
 	key, err := idempotency.KeyFromHeader(r.Header)
@@ -63,15 +59,10 @@ func (s *server) runIdempotent(w http.ResponseWriter, r *http.Request,
 		s.writeError(w, r, err)
 		return
 	}
-	req, err := parse(body)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.RunTimeout)
 	defer cancel()
-	res, err := run(ctx, tenant.ID, key, req)
+	res, err := run(ctx, tenant.ID, key, body)
 	info(r.Context()).outcome = outcomeLabel(res.Outcome, err)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -91,6 +82,8 @@ func (s *server) runIdempotent(w http.ResponseWriter, r *http.Request,
 // outcomeLabel names what the key decided, for the request log line.
 func outcomeLabel(outcome charges.Outcome, err error) string {
 	switch {
+	case errors.As(err, new(*charges.ParseError)):
+		return "" // refused before its key decided anything
 	case errors.Is(err, idempotency.ErrMismatch):
 		return "mismatch"
 	case errors.Is(err, idempotency.ErrInProgress):

@@ -5,17 +5,12 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/phasepay/phasepay/internal/charges"
-	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/tenants"
 )
 
 // createRefund serves POST /v1/refunds.
 func (s *server) createRefund(w http.ResponseWriter, r *http.Request) {
-	s.runIdempotent(w, r, func(body []byte) (idempotency.Canonical, error) {
-		req, _, err := charges.ParseRefundRequest(body)
-		return req, err
-	}, s.cfg.Charges.Refund)
+	s.runIdempotent(w, r, s.cfg.Charges.RefundFromBody)
 }
 
 // getRefund serves GET /v1/refunds/{id}. Another tenant's refund is not

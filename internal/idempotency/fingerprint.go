@@ -75,11 +75,35 @@ func Canonicalize(method, path string, body []byte) (Canonical, error) {
 	if err != nil {
 		return Canonical{}, fmt.Errorf("%w: canonical JSON: %w", ErrBodyInvalid, err)
 	}
+	return Canonical{Method: method, Path: path, Body: canon, Fingerprint: fingerprint(method, path, canon)}, nil
+}
+
+// RawFingerprint is the fingerprint a request would have if body, as it
+// came, were already its canonical form: the hash Canonicalize computes,
+// over the client's bytes untransformed.
+//
+// It may only ever confirm equality, never decide anything else. Equal to a
+// stored key's fingerprint, it says (SHA-256) that method, path and body
+// are byte for byte the stored request's, whose canonical body was parsed,
+// validated and encoded by CanonicalizeParams when the key was claimed: the
+// same request, whose answer the key holds, however its parser would read
+// it now. Fingerprinting the client's bytes is a hole only where it decides
+// what runs or that two requests differ (pitfall 26): a raw fingerprint
+// that differs from the stored one says nothing, since another encoding of
+// the same request is legal, so the request must then be parsed and
+// fingerprinted as always, and no raw fingerprint is ever stored.
+func RawFingerprint(method, path string, body []byte) Fingerprint {
+	return fingerprint(method, path, body)
+}
+
+// fingerprint is the one hash of every fingerprint, canonical or raw, so
+// that the two can never drift apart.
+func fingerprint(method, path string, body []byte) Fingerprint {
 	h := sha256.New()
 	// Length-prefixed, so no choice of method and path can collide with another.
 	fmt.Fprintf(h, "%d:%s%d:%s", len(method), method, len(path), path)
-	h.Write(canon)
+	h.Write(body)
 	var fp Fingerprint
 	h.Sum(fp[:0])
-	return Canonical{Method: method, Path: path, Body: canon, Fingerprint: fp}, nil
+	return fp
 }

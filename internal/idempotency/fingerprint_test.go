@@ -89,3 +89,23 @@ func TestCanonicalizeParamsTakesParsedRequests(t *testing.T) {
 		require.Error(t, err, "%T", raw)
 	}
 }
+
+// A raw fingerprint equals the canonical one exactly when the bytes are
+// the canonical body (with the same method and path): it can confirm that
+// a request is the stored one, and says nothing of any other encoding.
+func TestRawFingerprintMatchesOnlyTheCanonicalBytes(t *testing.T) {
+	t.Parallel()
+	canon, err := idempotency.Canonicalize("POST", "/v1/charges", []byte(`{"currency":"usd", "amount":1000}`))
+	require.NoError(t, err)
+	require.Equal(t, canon.Fingerprint, idempotency.RawFingerprint("POST", "/v1/charges", canon.Body))
+	for _, d := range []struct{ method, path, body string }{
+		{"POST", "/v1/charges", `{"currency":"usd","amount":1000}`},
+		{"POST", "/v1/charges", `{"amount":1000, "currency":"usd"}`},
+		{"POST", "/v1/charges", string(canon.Body) + "\n"},
+		{"POST", "/v1/charges/x", string(canon.Body)},
+		{"PUT", "/v1/charges", string(canon.Body)},
+		{"POST", "/v1/charges" + string(canon.Body), ""},
+	} {
+		require.NotEqual(t, canon.Fingerprint, idempotency.RawFingerprint(d.method, d.path, []byte(d.body)), d)
+	}
+}

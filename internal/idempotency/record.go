@@ -66,6 +66,8 @@ type Record struct {
 	Response *Response
 	// TraceContext is the claiming request's trace context, if it had one.
 	TraceContext string
+
+	partial bool // read by Peek: enough to decide and answer, not to take over
 }
 
 // ID identifies one incarnation of a key: after retention drops it, the same

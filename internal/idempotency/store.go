@@ -243,6 +243,11 @@ RETURNING lock_version, recovery_point`
 // returns ErrInProgress if someone else took it over, extended or finished it
 // since rec was read; the caller may Lookup and Decide again.
 func (s *Store) TakeOver(ctx context.Context, q DBTX, rec Record) (*Lease, error) {
+	if rec.partial {
+		// Its request body and trace context, which the run resumes
+		// from, were never read.
+		return nil, fmt.Errorf("take over %q: a record read by Peek cannot be taken over", rec.Key)
+	}
 	err := q.QueryRow(ctx, takeOverSQL, rec.TenantID, rec.Key, rec.CreatedAt, rec.LockVersion, s.cfg.Lease.Microseconds()).
 		Scan(&rec.LockVersion, &rec.Point)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -146,6 +146,31 @@ func (e *Engine) Wait() { e.background.Wait() }
 func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64, key string, req idempotency.Canonical) (_ Result, err error) {
 	ctx, span := e.tel.tracer.Start(ctx, op.Span, trace.WithAttributes(attrTenant.Int64(tenantID)))
 	defer func() { endSpan(span, err) }()
+	var seen *peeked
+	if e.hints.seen(tenantID, key) {
+		seen = e.peek(ctx, tenantID, key)
+	}
+	return do(ctx, e, op, tenantID, key, req, seen)
+}
+
+// peeked is the read of a key this process has seen (keyHints), made
+// before the request's claim: the record (idempotency.Store.Peek) or why
+// there was none.
+type peeked struct {
+	rec idempotency.Record
+	err error
+}
+
+func (e *Engine) peek(ctx context.Context, tenantID int64, key string) *peeked {
+	rec, err := e.keys.Peek(ctx, e.pool, tenantID, key)
+	return &peeked{rec: rec, err: err}
+}
+
+// do is Do inside the request's span, seen the read of a key this process
+// has seen (nil for any other), made once whoever made it (Do, or DoRaw
+// before it parsed the request): one request never reads its key twice
+// before its claim.
+func do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64, key string, req idempotency.Canonical, seen *peeked) (_ Result, err error) {
 	// The claim, committed before any foreign call so that a duplicate gets
 	// 409 at once and the reaper can see the key. Folded into its
 	// transaction: the arrows before the first foreign call, whose
@@ -161,18 +186,20 @@ func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 	// attempt not yet due or a request waiting for an operator cost that
 	// one exchange; an abandoned key goes on to its takeover.
 	//
-	// A key this process has seen before is probably a retry: it is read
-	// first (see keyHints), and the read answers the final decisions and
-	// the waits, which never need a lock; anything else goes on to the
-	// claim.
-	if e.hints.seen(tenantID, key) {
-		if rec, err := e.keys.Lookup(ctx, e.pool, tenantID, key); err == nil {
-			switch idempotency.Decide(rec, req.Fingerprint) {
+	// A key this process has seen before is probably a retry: it was read
+	// first (seen; see keyHints), and the read answers the final decisions
+	// and the waits, which never need a lock; anything else goes on to the
+	// claim. The read is a peek (not the whole row): none of these answers
+	// needs more, and the claim reads the whole row again for the rest.
+	if seen != nil {
+		switch {
+		case seen.err == nil:
+			switch idempotency.Decide(seen.rec, req.Fingerprint) {
 			case idempotency.Replay, idempotency.Mismatch, idempotency.NotDue, idempotency.Unresolved:
-				return existing(ctx, e, op, rec, req.Fingerprint)
+				return existing(ctx, e, op, seen.rec, req.Fingerprint)
 			}
-		} else if !errors.Is(err, idempotency.ErrNotFound) {
-			return Result{}, fmt.Errorf("%s: %w", op.Span, err)
+		case !errors.Is(seen.err, idempotency.ErrNotFound):
+			return Result{}, fmt.Errorf("%s: %w", op.Span, seen.err)
 		}
 	}
 	e.hints.add(tenantID, key)

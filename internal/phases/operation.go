@@ -6,10 +6,11 @@
 // one small function per arrow between them. The Engine runs it:
 //
 //   - the claim, one exchange that also reads an existing key (a plain
-//     lookup first for a key this process has seen: keyHints), whose
-//     row answers a replay, a mismatch, an attempt not yet due and a
-//     request waiting for an operator; Decide, and the takeover of an
-//     abandoned key;
+//     read first for a key this process has seen: keyHints; with DoRaw,
+//     before the request is parsed, which a retry with its first
+//     attempt's bytes never is), whose row answers a replay, a mismatch,
+//     an attempt not yet due and a request waiting for an operator;
+//     Decide, and the takeover of an abandoned key;
 //   - pipelined transactions (pipeline.go): a transaction's statements,
 //     BEGIN and COMMIT included, go out in one exchange with the database
 //     plus one per read it cannot go on without;

@@ -1,0 +1,223 @@
+package phases
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/testdb"
+)
+
+// A toy operation, POST /v1/things/{id}/poke {"n": positive}, that answers
+// at once, so that these tests see only what the engine does with a
+// request before and instead of running it.
+
+const pokePattern = "/v1/things/{id}/poke"
+
+func pokePath(id string) string { return "/v1/things/" + id + "/poke" }
+
+type pokeParams struct {
+	N int `json:"n"`
+}
+
+// rawWorld is one test's engine, the statements its pool sends and the
+// parses and runs of its requests.
+type rawWorld struct {
+	url        string
+	t0         time.Time
+	store      *idempotency.Store
+	tenant     int64
+	statements atomic.Int64
+	parses     atomic.Int64
+	runs       atomic.Int64
+}
+
+// statementCounter counts the statements a pool sends, batched or not.
+type statementCounter struct{ n *atomic.Int64 }
+
+func (c statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (c statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	c.n.Add(1)
+}
+func (statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+func setupRaw(t *testing.T) *rawWorld {
+	t.Helper()
+	w := &rawWorld{url: testdb.NewURL(t), t0: time.Now().UTC().Truncate(time.Second)}
+	var err error
+	w.store, err = idempotency.NewStore(idempotency.Config{Lease: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, w.pool(t, 0).QueryRow(context.Background(),
+		`INSERT INTO tenants (name) VALUES ('t') RETURNING id`).Scan(&w.tenant))
+	return w
+}
+
+// pool is a pool whose database clock stands offset after t0, counting
+// its statements.
+func (w *rawWorld) pool(t *testing.T, offset time.Duration) *pgxpool.Pool {
+	return testdb.Pool(t, w.url, w.t0.Add(offset), func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.Tracer = statementCounter{&w.statements}
+	})
+}
+
+// engine is an engine (a process) on pool with the poke operation.
+func (w *rawWorld) engine(t *testing.T, pool *pgxpool.Pool) (*Engine, *Operation[struct{}]) {
+	// One commit per phase: the toy's one arrow, to done, is not folded
+	// into the claim (an operation's first foreign call always comes
+	// before done).
+	e, err := New(pool, w.store, Config{OneCommitPerPhase: true})
+	require.NoError(t, err)
+	t.Cleanup(e.Wait)
+	op := &Operation[struct{}]{
+		Path: pokePattern, Span: "things.poke", ResumeSpan: "things.poke.resume",
+		Load: func(context.Context, idempotency.DBTX, *idempotency.Lease) (struct{}, error) { return struct{}{}, nil },
+		Arrows: []Arrow[struct{}]{{To: idempotency.PointDone, Commit: func(_ context.Context, _ pgx.Tx, run *Run[struct{}]) error {
+			w.runs.Add(1)
+			id := Segment(pokePattern, run.Request().Path, "id")
+			run.Finish(idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{"poked":"` + id + `"}`)})
+			return nil
+		}}},
+	}
+	Register(e, op)
+	return e, op
+}
+
+// raw is a poke of thing id with body, whose parses are counted.
+func (w *rawWorld) raw(id, body string) Raw {
+	return Raw{Method: "POST", Path: pokePath(id), Body: []byte(body), Parse: func(b []byte) (idempotency.Canonical, error) {
+		w.parses.Add(1)
+		var p pokeParams
+		if err := json.Unmarshal(b, &p); err != nil || p.N <= 0 {
+			return idempotency.Canonical{}, fmt.Errorf("n must be a positive integer")
+		}
+		return idempotency.CanonicalizeParams("POST", pokePath(id), p)
+	}}
+}
+
+// delta runs fn and returns how many statements and parses it cost.
+func (w *rawWorld) delta(fn func()) (statements, parses int64) {
+	s, p := w.statements.Load(), w.parses.Load()
+	fn()
+	return w.statements.Load() - s, w.parses.Load() - p
+}
+
+// A retry of a finished request, its first attempt's bytes, is answered by
+// one read of its key and no parse; the same request encoded otherwise is
+// still a replay, from that same read, parsed; a different body with the
+// same key is still a mismatch and an invalid one still refused, each
+// after that one read. Nothing runs again.
+func TestReplayOfTheSameBytesIsOneReadWithoutParsing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := setupRaw(t)
+	e, op := w.engine(t, w.pool(t, 0))
+
+	first, err := DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":1}`))
+	require.NoError(t, err)
+	require.Equal(t, OutcomeNew, first.Outcome)
+	require.EqualValues(t, 1, w.parses.Load())
+
+	var res Result
+	statements, parses := w.delta(func() { res, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":1}`)) })
+	require.NoError(t, err)
+	require.Equal(t, Result{Response: first.Response, Outcome: OutcomeReplay}, res)
+	require.EqualValues(t, 1, statements, "one read of the key")
+	require.Zero(t, parses, "the stored canonical bytes are not parsed again")
+
+	statements, parses = w.delta(func() { res, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", "{ \"n\": 1 }\n")) })
+	require.NoError(t, err)
+	require.Equal(t, Result{Response: first.Response, Outcome: OutcomeReplay}, res, "re-encoded, the same request")
+	require.EqualValues(t, 1, statements, "the read made before parsing is the one decided on")
+	require.EqualValues(t, 1, parses)
+
+	statements, parses = w.delta(func() { _, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":2}`)) })
+	require.ErrorIs(t, err, idempotency.ErrMismatch)
+	require.EqualValues(t, 1, statements)
+	require.EqualValues(t, 1, parses)
+
+	statements, _ = w.delta(func() { _, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":0}`)) })
+	var perr *ParseError
+	require.ErrorAs(t, err, &perr, "an invalid body is refused whatever its key holds")
+	require.EqualValues(t, 1, statements, "and claims nothing")
+
+	require.EqualValues(t, 1, w.runs.Load())
+}
+
+// The raw fingerprint covers the path: the same key and the same bytes
+// sent to another object's path are another request (422), which only the
+// parsed request's fingerprint may decide.
+func TestRawReplayOnAnotherPathIsAMismatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := setupRaw(t)
+	e, op := w.engine(t, w.pool(t, 0))
+	_, err := DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":1}`))
+	require.NoError(t, err)
+	_, parses := w.delta(func() { _, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("b", `{"n":1}`)) })
+	require.ErrorIs(t, err, idempotency.ErrMismatch)
+	require.EqualValues(t, 1, parses, "not answered before parsing")
+	require.EqualValues(t, 1, w.runs.Load())
+}
+
+// A key this process has seen that is not finished behaves as it did: held
+// by a live lease, 409 through the claim; abandoned and due, taken over
+// and run; released until its next attempt, told to wait, from the one
+// read and without parsing (the wait is an answer the stored bytes get).
+func TestSeenUnfinishedKeyBehavesAsBefore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := setupRaw(t)
+	then := w.pool(t, 0)
+	e, op := w.engine(t, then)
+	req, err := w.raw("a", `{"n":1}`).Parse([]byte(`{"n":1}`))
+	require.NoError(t, err)
+	claimKey := func(key string) *idempotency.Lease {
+		t.Helper()
+		var rec idempotency.Record
+		require.NoError(t, pgx.BeginFunc(ctx, then, func(tx pgx.Tx) error {
+			rec, _, err = w.store.Claim(ctx, tx, idempotency.ClaimParams{TenantID: w.tenant, Key: key, Request: req})
+			return err
+		}))
+		e.hints.add(w.tenant, key)
+		return w.store.LeaseOf(rec)
+	}
+
+	claimKey("held")
+	_, parses := w.delta(func() { _, err = DoRaw(ctx, e, op, w.tenant, "held", w.raw("a", `{"n":1}`)) })
+	require.ErrorIs(t, err, idempotency.ErrInProgress)
+	require.EqualValues(t, 1, parses, "the claim needs the parsed request")
+
+	lease := claimKey("released")
+	_, err = lease.Release(ctx, then, errors.New("psp unavailable"), 0)
+	require.NoError(t, err)
+	_, parses = w.delta(func() { _, err = DoRaw(ctx, e, op, w.tenant, "released", w.raw("a", `{"n":1}`)) })
+	var wait *idempotency.WaitError
+	require.ErrorAs(t, err, &wait)
+	require.Zero(t, parses)
+
+	later, laterOp := w.engine(t, w.pool(t, 2*time.Minute))
+	for _, key := range []string{"held", "released"} {
+		later.hints.add(w.tenant, key)
+		res, err := DoRaw(ctx, later, laterOp, w.tenant, key, w.raw("a", `{"n":1}`))
+		require.NoError(t, err, key)
+		require.Equal(t, OutcomeTakeover, res.Outcome, key)
+		require.Equal(t, `{"poked":"a"}`, string(res.Response.Body))
+	}
+	require.EqualValues(t, 2, w.runs.Load())
+}
