@@ -1,22 +1,17 @@
 package webhooks
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
@@ -145,30 +140,6 @@ func NewDeliverer(pool *pgxpool.Pool, cfg DelivererConfig) (*Deliverer, error) {
 	return &Deliverer{cfg: cfg, pool: pool, client: client, log: cfg.Logger, m: m, inflight: map[string]int{}}, nil
 }
 
-// NewClient returns the HTTP client deliveries are sent with: no proxy
-// (a proxy would connect to the address for us, past the guard), no
-// redirects (a 3xx is not a 2xx: the attempt failed, and a redirect could
-// point anywhere), every connection checked by DialControl unless
-// allowPrivate, the whole attempt bounded by timeout.
-func NewClient(timeout time.Duration, allowPrivate bool) *http.Client {
-	dialer := &net.Dialer{Timeout: timeout}
-	if !allowPrivate {
-		dialer.Control = DialControl
-	}
-	return &http.Client{
-		Timeout: timeout,
-		Transport: &http.Transport{
-			Proxy:                 nil,
-			DialContext:           dialer.DialContext,
-			TLSHandshakeTimeout:   timeout,
-			ResponseHeaderTimeout: timeout,
-			MaxIdleConnsPerHost:   PerEndpointDefault,
-			IdleConnTimeout:       90 * time.Second,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-}
-
 // Run delivers until ctx ends, then waits for the attempts in flight
 // (each bounded by Timeout) and returns nil.
 func (d *Deliverer) Run(ctx context.Context) error {
@@ -285,18 +256,6 @@ type delivery struct {
 	URL, Secret    string
 }
 
-// Result is one recorded attempt.
-type Result struct {
-	EventID, EndpointID string
-	Attempt             int
-	StatusCode          int
-	Err                 string
-	// State is the delivery's state after it: pending (to be retried),
-	// succeeded or failed (given up). Empty if the lease was lost and
-	// nothing was recorded.
-	State string
-}
-
 // RunOnce takes as many due deliveries as there are free slots and starts
 // their attempts (in wg); it returns how many it started. Each attempt
 // signals wake when it ends, so a freed slot is filled at once.
@@ -368,174 +327,3 @@ func (d *Deliverer) RunOnce(ctx context.Context, wg *sync.WaitGroup, wake chan<-
 const unclaimSQL = `
 UPDATE webhook_deliveries SET locked_until = NULL
  WHERE tenant_id = $1 AND event_id = $2 AND endpoint_id = $3 AND event_created_at = $4 AND lock_version = $5`
-
-// recordSQL records an attempt, fenced by the holder's lock_version: a
-// deliverer whose lease ran out and was taken over records nothing (the new
-// holder's attempt will). Success ends the delivery; a failure schedules
-// the next attempt on the retry schedule (computed by the database, as for
-// keys: RetryBase·2ⁿ ±25%, at most RetryMax), or gives up once the event is
-// GiveUpAfter old. The attempt row is written in the same statement.
-const recordSQL = `
-WITH u AS (
-    UPDATE webhook_deliveries
-       SET attempts = attempts + 1,
-           locked_until = NULL,
-           last_error = left(nullif($6, ''), 1000),
-           state = CASE WHEN $7 THEN 'succeeded'
-                        WHEN event_created_at <= phasepay_now() - $10 * interval '1 microsecond' THEN 'failed'
-                        ELSE 'pending' END,
-           finished_at = CASE WHEN $7 OR event_created_at <= phasepay_now() - $10 * interval '1 microsecond'
-                              THEN phasepay_now() END,
-           next_attempt_at = phasepay_now() + least(least($8 * power(2, least(attempts, 40)), $9) * (0.75 + random() / 2), $9)
-                                              * interval '1 microsecond'
-     WHERE tenant_id = $1 AND event_id = $2 AND endpoint_id = $3 AND event_created_at = $4
-       AND lock_version = $5 AND state = 'pending'
-    RETURNING tenant_id, event_id, endpoint_id, event_created_at, attempts, state, phasepay_now() - event_created_at AS age
-), a AS (
-    INSERT INTO webhook_attempts (tenant_id, event_id, event_created_at, endpoint_id, attempt, attempted_at,
-                                  status_code, latency_ms, error)
-    SELECT tenant_id, event_id, event_created_at, endpoint_id, attempts, $11, nullif($12, 0), $13, nullif($6, '')
-      FROM u
-)
-SELECT attempts, state, extract(epoch FROM age)::float8 FROM u`
-
-// attempt sends one delivery and records the outcome.
-func (d *Deliverer) attempt(ctx context.Context, dl delivery) {
-	start := time.Now()
-	status, errText := d.send(ctx, dl)
-	latency := time.Since(start)
-	ok := errText == ""
-	res := Result{EventID: dl.EventID, EndpointID: dl.EndpointID, StatusCode: status, Err: errText}
-	var age float64
-	err := d.pool.QueryRow(ctx, recordSQL, dl.TenantID, dl.EventID, dl.EndpointID, dl.EventCreatedAt, dl.LockVersion,
-		errText, ok, d.cfg.RetryBase.Microseconds(), d.cfg.RetryMax.Microseconds(), d.cfg.GiveUpAfter.Microseconds(),
-		start, status, latency.Milliseconds()).Scan(&res.Attempt, &res.State, &age)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		d.log.InfoContext(ctx, "webhook attempt not recorded: lease lost to another deliverer", "event", dl.EventID, "endpoint", dl.EndpointID)
-	case err != nil:
-		// The lease runs out and the delivery is attempted again: at
-		// least once.
-		d.log.WarnContext(ctx, "could not record webhook attempt", "event", dl.EventID, "endpoint", dl.EndpointID, "error", err.Error())
-	default:
-		ep := metric.WithAttributes(attribute.String("endpoint", dl.EndpointID))
-		d.m.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("endpoint", dl.EndpointID), attribute.Bool("ok", ok)))
-		d.m.attemptSeconds.Record(ctx, latency.Seconds())
-		switch res.State {
-		case "succeeded":
-			d.m.deliverySeconds.Record(ctx, age)
-		case "failed":
-			d.m.failed.Add(ctx, 1, ep)
-			d.log.WarnContext(ctx, "webhook delivery given up", "event", dl.EventID, "endpoint", dl.EndpointID,
-				"attempts", res.Attempt, "error", errText)
-		}
-	}
-	if d.TestAttemptDone != nil {
-		d.TestAttemptDone(res)
-	}
-}
-
-// send POSTs the event and returns the answer's status and, if the attempt
-// failed, why.
-func (d *Deliverer) send(ctx context.Context, dl delivery) (int, string) {
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dl.URL, bytes.NewReader(dl.Body))
-	if err != nil {
-		return 0, err.Error()
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "phasepay-webhooks/1")
-	req.Header.Set(SignatureHeader, Sign(dl.Secret, time.Now(), dl.Body))
-	resp, err := d.client.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, "answered " + strconv.Itoa(resp.StatusCode)
-	}
-	return resp.StatusCode, ""
-}
-
-// backlogSQL measures what waits: pending deliveries, the age of the
-// oldest one's event, and how long the longest-waiting due delivery has
-// been due without a deliverer taking it. Served by the partial index
-// webhook_deliveries_due.
-const backlogSQL = `
-SELECT count(*),
-       coalesce(extract(epoch FROM phasepay_now() - min(event_created_at)), 0)::float8,
-       coalesce(extract(epoch FROM phasepay_now() - min(` + dueAtExpr + `)
-                                   FILTER (WHERE ` + dueAtExpr + ` <= phasepay_now())), 0)::float8
-  FROM webhook_deliveries WHERE state = 'pending'`
-
-// BacklogStats is what waits to be delivered.
-type BacklogStats struct {
-	// Pending counts the deliveries not yet succeeded nor given up.
-	Pending int64
-	// OldestAge is the age, in seconds, of the oldest event with a pending
-	// delivery: up to 3 days while an endpoint is down, which is the
-	// endpoint's problem, not the deliverers'.
-	OldestAge float64
-	// DueDelay is how long, in seconds, the longest-waiting due delivery
-	// has been due: deliverers that keep up hold it near zero (a first
-	// attempt starts within REAPER_INTERVAL of its commit). The alarm.
-	DueDelay float64
-}
-
-// Backlog measures what waits to be delivered.
-func Backlog(ctx context.Context, q events.DBTX) (BacklogStats, error) {
-	var b BacklogStats
-	if err := q.QueryRow(ctx, backlogSQL).Scan(&b.Pending, &b.OldestAge, &b.DueDelay); err != nil {
-		return BacklogStats{}, fmt.Errorf("webhook backlog: %w", err)
-	}
-	return b, nil
-}
-
-func (d *Deliverer) backlog(ctx context.Context) {
-	b, err := Backlog(ctx, d.pool)
-	if err != nil {
-		return // the pass that follows reports the database
-	}
-	d.m.backlog.Record(ctx, b.Pending)
-	d.m.backlogAge.Record(ctx, b.OldestAge)
-	d.m.dueDelay.Record(ctx, b.DueDelay)
-}
-
-type instruments struct {
-	attempts, failed                metric.Int64Counter
-	attemptSeconds, deliverySeconds metric.Float64Histogram
-	backlog                         metric.Int64Gauge
-	backlogAge, dueDelay            metric.Float64Gauge
-}
-
-func newInstruments(m metric.Meter) (instruments, error) {
-	var (
-		in   instruments
-		errs []error
-		err  error
-	)
-	in.attempts, err = m.Int64Counter("phasepay.webhooks.attempts", metric.WithDescription("Webhook delivery attempts, by endpoint and whether they got a 2xx."))
-	errs = append(errs, err)
-	in.failed, err = m.Int64Counter("phasepay.webhooks.failed", metric.WithDescription("Webhook deliveries given up after 3 days of failed attempts, by endpoint."))
-	errs = append(errs, err)
-	in.attemptSeconds, err = m.Float64Histogram("phasepay.webhooks.attempt.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of one webhook attempt, up to the endpoint's answer or the timeout."))
-	errs = append(errs, err)
-	in.deliverySeconds, err = m.Float64Histogram("phasepay.webhooks.delivery.latency", metric.WithUnit("s"),
-		metric.WithDescription("From an event's commit to its successful delivery to one endpoint."))
-	errs = append(errs, err)
-	in.backlog, err = m.Int64Gauge("phasepay.webhooks.backlog", metric.WithDescription("Webhook deliveries pending (not yet succeeded nor given up)."))
-	errs = append(errs, err)
-	in.backlogAge, err = m.Float64Gauge("phasepay.webhooks.backlog.oldest_age", metric.WithUnit("s"),
-		metric.WithDescription("Age of the oldest event with a pending delivery (up to 3 days while an endpoint is down)."))
-	errs = append(errs, err)
-	in.dueDelay, err = m.Float64Gauge("phasepay.webhooks.delivery.due_delay", metric.WithUnit("s"),
-		metric.WithDescription("How long the longest-waiting due webhook delivery has waited for a deliverer. Alarm above a minute."))
-	errs = append(errs, err)
-	if in.failed != nil {
-		in.failed.Add(context.Background(), 0)
-	}
-	return in, errors.Join(errs...)
-}

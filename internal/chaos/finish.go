@@ -1,0 +1,120 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// settle lets the reapers finish what the last kills abandoned, stops the
+// sampling, and (after database restarts) probes the reapers; then every
+// event must reach the sink, the probe's too.
+func (h *harness) settle(ctx context.Context) error {
+	cfg, sum, pool := h.cfg, h.sum, h.st.pool
+	// Connections idle in the pool died with each restart.
+	pool.Reset()
+	// Let the reapers finish what the last kills abandoned.
+	settle := time.Now().Add(3*cfg.Lease + 10*time.Second)
+	for time.Now().Before(settle) {
+		var started int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE state = 'started'`).Scan(&started); err == nil && started == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	h.stopSampling()
+	<-h.sampled
+	if h.st.cluster != nil {
+		took, v, err := probeReapers(ctx, cfg, h.st.bin("api"), h.st.common, h.st.dbURL, h.st.apiKey, pool, h.transport)
+		if err != nil {
+			return err
+		}
+		sum.ReaperProbe = took.Truncate(time.Millisecond).String()
+		if len(v) > 0 {
+			sum.ReaperProbe = "FAILED"
+		}
+		sum.Violations = append(sum.Violations, v...)
+	}
+
+	// Every event delivered to the sink, after the probe's too.
+	drained, v := drainWebhooks(ctx, pool, h.backlog, cfg.WebhookDrainWithin)
+	sum.Webhooks.Drained = drained.Truncate(time.Millisecond).String()
+	if v != "" {
+		sum.Violations = append(sum.Violations, v)
+	}
+	h.backlog.mu.Lock()
+	sum.Webhooks.MaxBacklog = h.backlog.max
+	sum.Webhooks.MaxDueDelay = time.Duration(h.backlog.maxDelay * float64(time.Second)).Truncate(time.Millisecond).String()
+	h.backlog.mu.Unlock()
+	return nil
+}
+
+// collect puts into the summary what the clients, the processes, the
+// lock_version sampling and the database restarts saw.
+func (h *harness) collect() {
+	sum := h.sum
+	sum.Attempts = h.attempts.Load()
+	h.answersMu.Lock()
+	sum.FailedAttempts = h.answers
+	h.answersMu.Unlock()
+	for _, w := range h.st.workers {
+		w.mu.Lock()
+		sum.Restarts += w.restarts
+		w.mu.Unlock()
+		countCrashPoints(w.logText(), sum.CrashPoints)
+	}
+	sum.Violations = append(sum.Violations, h.monoFaults...)
+	sum.DBRestarts = int(h.db.restarts.Load())
+	h.db.mu.Lock()
+	sum.DBDown, sum.DBMaxRecovery = h.db.down.Truncate(time.Millisecond).String(), h.db.maxRecovery.Truncate(time.Millisecond).String()
+	sum.Violations = append(sum.Violations, h.db.violations...)
+	h.db.mu.Unlock()
+}
+
+// verify checks the intents, the webhooks, the lives and the routing
+// against the database and the PSP's own ledger, and every process for
+// having exited only when the harness made it.
+func (h *harness) verify(ctx context.Context) error {
+	st, sum := h.st, h.sum
+	if err := verify(ctx, st.pool, st.pspURL, h.transport, st.apiKey, h.intents, sum, func() (string, error) {
+		return runOnce(ctx, st.bin("api"), map[string]string{"DATABASE_URL": st.dbURL}, "requests", "list", "--state", "needs_attention", "--json")
+	}); err != nil {
+		return err
+	}
+	violate := func(format string, args ...any) {
+		sum.Violations = append(sum.Violations, fmt.Sprintf(format, args...))
+	}
+	if err := verifyWebhooks(ctx, st.pool, h.sink, &sum.Webhooks, violate); err != nil {
+		return err
+	}
+	sum.Lives.Attempts = h.ops.attempts.Load()
+	if err := verifyLives(ctx, st.pool, st.pspURL, h.transport, st.apiKey, h.intents, &sum.Lives, violate); err != nil {
+		return err
+	}
+	if err := st.psps.verify(ctx, st.pool, st.processes(), sum, violate); err != nil {
+		return err
+	}
+	// After the replays, so a process that dies by itself at any point
+	// before the harness stops it is counted; the stop itself is planned.
+	for _, p := range st.processes() {
+		for _, e := range p.unplannedExits() {
+			sum.UnplannedExits++
+			sum.Violations = append(sum.Violations, "unplanned exit: "+e)
+		}
+	}
+	return nil
+}
+
+func countCrashPoints(logs string, into map[string]int) {
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, `"msg":"chaos crash"`) {
+			continue
+		}
+		var rec struct{ Point string }
+		if json.Unmarshal([]byte(line), &rec) == nil {
+			into[rec.Point]++
+		}
+	}
+}

@@ -1,0 +1,284 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/phasepay/phasepay/internal/pgcluster"
+)
+
+// stack is what a run drives and breaks: a fresh database (on a cluster of
+// the run's own when the database restarts), the mock PSPs, the api
+// workers and the reapers, and the harness's own pool on the database.
+type stack struct {
+	cfg *Config
+
+	dbURL   string
+	cluster *pgcluster.Cluster // nil without database restarts
+	apiKey  string
+
+	mock   *process // the primary mock PSP
+	psps   *pspSet  // the PSPs after the primary (routing.go); nil with one
+	pspURL string   // where the run's checks read the PSP: the primary, or the view over all
+
+	// common is every api's and reaper's environment but its own address
+	// and database name.
+	common      map[string]string
+	workers     []*process
+	bases       []string // the workers' base URLs, by worker index
+	reapers     []*process
+	reaperNames []string
+
+	pool *pgxpool.Pool // the harness's own, for sampling and the checks
+
+	closers []func()
+}
+
+// onClose adds a cleanup for close, as a defer in Run would.
+func (s *stack) onClose(f func()) { s.closers = append(s.closers, f) }
+
+// close undoes what start did, in reverse as defers would: every process
+// is stopped before its database goes, also when start or Run fails or ctx
+// is cancelled. Each cleanup is deferred here, so one that panics does not
+// keep the next from running.
+func (s *stack) close() {
+	for _, f := range s.closers {
+		defer f()
+	}
+}
+
+func (s *stack) bin(name string) string { return filepath.Join(s.cfg.BinDir, name) }
+
+// start brings the stack up, step by step; whatever is up when a step
+// fails is left for close.
+func (s *stack) start(ctx context.Context) error {
+	if err := s.openDatabase(ctx); err != nil {
+		return err
+	}
+	if err := s.migrate(ctx); err != nil {
+		return err
+	}
+	if err := s.startPSPs(ctx); err != nil {
+		return err
+	}
+	if err := s.startWorkers(ctx); err != nil {
+		return err
+	}
+	if err := s.startReapers(); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, withApplicationName(s.dbURL, "chaos-harness"))
+	if err != nil {
+		return err
+	}
+	s.pool = pool
+	s.onClose(pool.Close)
+	return nil
+}
+
+// openDatabase creates the run's database: on a throw-away cluster when
+// the database restarts, else on AdminURL.
+func (s *stack) openDatabase(ctx context.Context) error {
+	cfg := s.cfg
+	if cfg.DBRestarts > 0 {
+		// Closed last (the first cleanup): every process is stopped before
+		// its database goes, also when Run fails or ctx is cancelled.
+		var err error
+		if s.cluster, err = pgcluster.New(ctx, pgcluster.Config{BinDir: cfg.PGBinDir}); err != nil {
+			return err
+		}
+		s.onClose(func() { _ = s.cluster.Close() }) // the directory goes either way
+		if s.dbURL, err = s.cluster.CreateDatabase(ctx, "phasepay_chaos"); err != nil {
+			return err
+		}
+		return nil
+	}
+	dbURL, dropDB, err := createDatabase(ctx, *cfg)
+	if err != nil {
+		return err
+	}
+	s.dbURL = dbURL
+	if !cfg.KeepDatabase {
+		s.onClose(dropDB)
+	}
+	return nil
+}
+
+// migrate migrates the run's database and creates the API key the run's
+// clients use.
+func (s *stack) migrate(ctx context.Context) error {
+	if _, err := runOnce(ctx, s.bin("api"), map[string]string{"DATABASE_URL": s.dbURL}, "migrate"); err != nil {
+		return err
+	}
+	apiKey, err := runOnce(ctx, s.bin("api"), map[string]string{"DATABASE_URL": s.dbURL}, "keys", "create", "--tenant", "chaos")
+	if err != nil {
+		return err
+	}
+	s.apiKey = apiKey
+	return nil
+}
+
+// startPSPs starts the mock PSP, with faults, and any further PSPs.
+func (s *stack) startPSPs(ctx context.Context) error {
+	cfg := s.cfg
+	pspAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	s.mock = newProcess("mockpsp", s.bin("mockpsp"), map[string]string{
+		"MOCKPSP_ADDR":       pspAddr,
+		"MOCKPSP_ERROR_RATE": fmt.Sprint(cfg.ErrorRate),
+		"MOCKPSP_DROP_RATE":  fmt.Sprint(cfg.DropRate),
+		"MOCKPSP_LATENCY":    fmt.Sprint(cfg.LatencyMS),
+		// Final failures, lookups that fail, and a PSP that forgets keys
+		// soon: a lost answer resolved after the TTL is safe only through
+		// the lookup before the resend.
+		"MOCKPSP_REJECT_RATE":       fmt.Sprint(cfg.RejectRate),
+		"MOCKPSP_LOOKUP_ERROR_RATE": fmt.Sprint(cfg.LookupErrorRate),
+		"MOCKPSP_KEY_TTL":           cfg.KeyTTL.String(),
+	})
+	if err := s.mock.start(); err != nil {
+		return err
+	}
+	s.onClose(func() { s.mock.stop(5 * time.Second) })
+	pspURL := "http://" + pspAddr
+	if err := waitUp(ctx, pspURL+"/_admin/authorizations"); err != nil {
+		return fmt.Errorf("mock psp: %w\n%s", err, s.mock.logText())
+	}
+	// Several PSPs (routing.go): the mock above is the primary, and the
+	// checks read all of them through one admin view.
+	if s.psps, err = startPSPs(ctx, cfg, s.bin("mockpsp"), pspURL); err != nil {
+		return err
+	}
+	s.onClose(s.psps.stop)
+	s.pspURL = s.psps.viewOr(pspURL)
+	return nil
+}
+
+// startWorkers starts the api workers, each restarted whenever it dies,
+// and waits until each answers. Each process's connections carry its name
+// (application_name), so the harness can see in pg_stat_activity who
+// reconnected after a restart.
+func (s *stack) startWorkers(ctx context.Context) error {
+	cfg := s.cfg
+	s.common = map[string]string{"PSP_URL": s.pspURL, "LEASE": cfg.Lease.String(), "WEBHOOK_ALLOW_PRIVATE": "1",
+		"RETRY_BASE": cfg.RetryBase.String(), "RETRY_MAX": cfg.RetryMax.String(), "GIVE_UP_AFTER": cfg.GiveUpAfter.String()}
+	s.psps.wire(s.common)
+	crash := fmt.Sprintf("after_claim=%[1]v,after_charge_created=%[1]v,after_psp_call=%[1]v,after_psp_authorized=%[1]v,"+
+		"after_capture_started=%[1]v,after_psp_captured=%[1]v,after_void_started=%[1]v,after_psp_voided=%[1]v,"+
+		"after_refund_created=%[1]v,after_psp_refunded=%[1]v", cfg.CrashProbability)
+	s.workers = make([]*process, cfg.Workers)
+	s.bases = make([]string, cfg.Workers)
+	for i := range s.workers {
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		env := map[string]string{
+			"API_ADDR":             addr,
+			"PHASEPAY_CHAOS_CRASH": crash,
+			"PHASEPAY_CHAOS_SEED":  fmt.Sprint(cfg.Seed*100 + uint64(i)),
+			"ONE_COMMIT_PER_PHASE": fmt.Sprint(i == 0),
+			"DATABASE_URL":         withApplicationName(s.dbURL, fmt.Sprintf("api-%d", i)),
+		}
+		for k, v := range s.common {
+			env[k] = v
+		}
+		s.workers[i] = newProcess(fmt.Sprintf("api-%d", i), s.bin("api"), env, "serve")
+		if err := s.workers[i].start(); err != nil {
+			return err
+		}
+		s.bases[i] = "http://" + addr
+		go s.workers[i].supervise(150 * time.Millisecond)
+	}
+	s.onClose(func() {
+		for _, w := range s.workers {
+			w.stop(10 * time.Second)
+		}
+	})
+	for _, b := range s.bases {
+		if err := waitUp(ctx, b+"/healthz"); err != nil {
+			return fmt.Errorf("worker %s: %w", b, err)
+		}
+	}
+	return nil
+}
+
+// startReapers starts the reapers, each restarted whenever it dies.
+func (s *stack) startReapers() error {
+	s.reapers = make([]*process, s.cfg.Reapers)
+	s.reaperNames = make([]string, s.cfg.Reapers)
+	for i := range s.reapers {
+		s.reaperNames[i] = fmt.Sprintf("reaper-%d", i)
+		env := map[string]string{"REAPER_INTERVAL": "200ms", "DATABASE_URL": withApplicationName(s.dbURL, s.reaperNames[i])}
+		for k, v := range s.common {
+			env[k] = v
+		}
+		s.reapers[i] = newProcess(s.reaperNames[i], s.bin("reaper"), env)
+		if err := s.reapers[i].start(); err != nil {
+			return err
+		}
+		go s.reapers[i].supervise(200 * time.Millisecond)
+	}
+	s.onClose(func() {
+		for _, r := range s.reapers {
+			r.stop(10 * time.Second)
+		}
+	})
+	return nil
+}
+
+// processes is every api worker and reaper, for the checks over all of them.
+func (s *stack) processes() []*process {
+	return append(slices.Clone(s.workers), s.reapers...)
+}
+
+func waitUp(ctx context.Context, u string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func createDatabase(ctx context.Context, cfg Config) (string, func(), error) {
+	admin, err := pgx.Connect(ctx, cfg.AdminURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("admin database: %w", err)
+	}
+	defer admin.Close(ctx)
+	name := fmt.Sprintf("phasepay_chaos_%d_%d", cfg.Seed, time.Now().UnixNano()%1_000_000_000)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", nil, fmt.Errorf("create database: %w", err)
+	}
+	u, err := url.Parse(cfg.AdminURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("admin URL: %w", err)
+	}
+	u.Path = "/" + name
+	drop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, cfg.AdminURL); err == nil {
+			_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			c.Close(ctx)
+		}
+	}
+	return u.String(), drop, nil
+}
