@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,14 +38,15 @@ type CaptureParams struct {
 	Amount *int64 `json:"amount,omitempty"`
 }
 
-// RefundParams is the body of a refund.
+// RefundParams is the body of a refund, its fields in the order of their
+// names (see encodeBody).
 type RefundParams struct {
-	// Charge is the captured charge to refund, "ch_…".
-	Charge string `json:"charge"`
 	// Amount to refund; nil refunds all that is left. The charge's
 	// succeeded and pending refunds never sum past its amount_captured
 	// (400 amount_too_large).
 	Amount *int64 `json:"amount,omitempty"`
+	// Charge is the captured charge to refund, "ch_…".
+	Charge string `json:"charge"`
 }
 
 // RefundStatus is where a refund stands with the PSP; an open set, like
@@ -207,10 +209,7 @@ func (c *Client) request(in Intent) (u string, body []byte, err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("%s: %w", in.op(), err)
 	}
-	// Deterministic (encoding/json sorts map keys), so that a journaled
-	// intent sends the same body after a restart; the server's
-	// fingerprint canonicalizes anyway.
-	body, err = json.Marshal(v)
+	body, err = encodeBody(v)
 	if err != nil {
 		return "", nil, fmt.Errorf("encode %s params: %w", in.op(), err)
 	}
@@ -250,4 +249,22 @@ func checkID(what, id string) error {
 		return fmt.Errorf("%s id %q is not an id", what, id)
 	}
 	return nil
+}
+
+// encodeBody encodes a request body deterministically (encoding/json sorts
+// map keys), so that a journaled intent sends the same bytes after a
+// restart, and, for the bodies this client sends, in the server's canonical
+// form (RFC 8785): members in the order of their names (the params structs
+// declare their fields so), no white space, and no HTML escaping of <, >
+// and &. The server fingerprints what it parsed, so any encoding is the
+// same request; but a retry whose bytes are the stored canonical body is
+// answered from one read of its key, without being parsed again.
+func encodeBody(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

@@ -347,3 +347,37 @@ func TestResumeKeepsAnIntentItCannotSend(t *testing.T) {
 	require.ErrorContains(t, c.Do(context.Background(), Intent{Key: "k-2", Op: "dispute"}).Err, "unknown op")
 	require.False(t, journal.Has("k-2"), "Do refuses it before journaling")
 }
+
+// TestBodiesAreSentInCanonicalForm: the bytes an intent sends are the
+// server's canonical form of its request (RFC 8785: members by name, no
+// white space, no HTML escaping), so that a retry is answered from one read
+// of its key without being parsed (internal/charges
+// TestClientBodiesAreCanonical holds the same texts on the server's side).
+func TestBodiesAreSentInCanonicalForm(t *testing.T) {
+	c, err := New(Config{BaseURL: "http://127.0.0.1:1", APIKey: "sk_test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := "tea <for> two & more"
+	amount := int64(500)
+	for _, tc := range []struct {
+		in   Intent
+		want string
+	}{
+		{Intent{Key: "k1", Params: ChargeParams{Amount: 1000, Currency: "usd", PaymentMethod: "pm_card_visa"}},
+			`{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`},
+		{Intent{Key: "k2", Params: ChargeParams{Amount: 1000, Currency: "usd", PaymentMethod: "pm_card_visa",
+			Description: &desc, Metadata: map[string]string{"order": "42", "customer": "c&1"}}},
+			`{"amount":1000,"currency":"usd","description":"tea <for> two & more","metadata":{"customer":"c&1","order":"42"},"payment_method":"pm_card_visa"}`},
+		{Intent{Key: "k3", Op: OpRefund, Refund: RefundParams{Charge: "ch_1", Amount: &amount}},
+			`{"amount":500,"charge":"ch_1"}`},
+	} {
+		_, body, err := c.request(tc.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(body) != tc.want {
+			t.Errorf("%s: sent %s\nwant      %s", tc.in.Key, body, tc.want)
+		}
+	}
+}

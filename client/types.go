@@ -7,7 +7,7 @@ import (
 )
 
 // ChargeParams is the body of POST /v1/charges, with the contract's JSON
-// names. The server validates it (amount positive and at most 2^53-1, a
+// names, its fields in the order of their names (see encodeBody). The server validates it (amount positive and at most 2^53-1, a
 // known lower-case currency, at most 50 metadata keys…); the client does not
 // repeat those rules, so that they cannot drift apart.
 type ChargeParams struct {
@@ -15,14 +15,14 @@ type ChargeParams struct {
 	Amount int64 `json:"amount"`
 	// Currency is a lower-case ISO 4217 code, e.g. "usd".
 	Currency string `json:"currency"`
-	// PaymentMethod is the payment method to charge, e.g. "pm_card_visa".
-	PaymentMethod string `json:"payment_method"`
 	// Description is optional free text; nil leaves it out of the body.
 	Description *string `json:"description,omitempty"`
 	// Metadata is an optional string map. Empty and nil are both left out
 	// of the body, so that a journaled intent replays the same fingerprint
 	// whichever of the two it was decoded as.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// PaymentMethod is the payment method to charge, e.g. "pm_card_visa".
+	PaymentMethod string `json:"payment_method"`
 }
 
 // clone returns a deep copy, so that a journal or an intent never shares a

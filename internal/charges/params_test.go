@@ -423,3 +423,30 @@ func TestOpenAPISchemaMatchesValidator(t *testing.T) {
 		require.Equal(t, goErr == nil, schemaErr == nil, "%s\nGo: %v\nOpenAPI: %v", body, goErr, schemaErr)
 	}
 }
+
+// TestClientBodiesAreCanonical: the bodies the Go client sends (client
+// TestBodiesAreSentInCanonicalForm holds the same texts) are stored as
+// they came, so that the client's retries are answered by the replay fast
+// path (phases.DoRaw) without being parsed.
+func TestClientBodiesAreCanonical(t *testing.T) {
+	for _, body := range []string{
+		`{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`,
+		`{"amount":1000,"currency":"usd","description":"tea <for> two & more","metadata":{"customer":"c&1","order":"42"},"payment_method":"pm_card_visa"}`,
+	} {
+		req, _, err := charges.ParseCreateRequest([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(req.Body) != body {
+			t.Errorf("stored %s\nsent   %s", req.Body, body)
+		}
+	}
+	refund := `{"amount":500,"charge":"ch_1"}`
+	req, _, err := charges.ParseRefundRequest([]byte(refund))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(req.Body) != refund {
+		t.Errorf("stored %s\nsent   %s", req.Body, refund)
+	}
+}
