@@ -233,6 +233,11 @@ func do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 		_, err := commitArrows(ctx, e, tx, run, folded, false, false, &arrows)
 		return err
 	})
+	if q == nil {
+		// No connection (the pool could not connect): nothing was sent,
+		// nothing claimed.
+		return Result{}, fmt.Errorf("%s: %w", op.Span, dbstate.Wrap(err))
+	}
 	if errors.Is(err, idempotency.ErrKeyExists) && q.Found {
 		return existing(ctx, e, op, q.Existing, req.Fingerprint)
 	}
