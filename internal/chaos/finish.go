@@ -103,8 +103,39 @@ func (h *harness) verify(ctx context.Context) error {
 			sum.UnplannedExits++
 			sum.Violations = append(sum.Violations, "unplanned exit: "+e)
 		}
+		// A panic the api recovered answered its request 500: a bug, even
+		// when the client's retry then succeeded.
+		for _, e := range recoveredPanics(p.logText()) {
+			sum.Violations = append(sum.Violations, p.name+": recovered panic: "+e)
+		}
 	}
 	return nil
+}
+
+// recoveredPanics returns each panic a process logged (the api's
+// recoverPanics: "msg":"panic"), with the first phasepay frame of its
+// stack.
+func recoveredPanics(logs string) []string {
+	var out []string
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, `"msg":"panic"`) {
+			continue
+		}
+		var rec struct{ Panic, Stack string }
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			out = append(out, line)
+			continue
+		}
+		at := ""
+		for _, frame := range strings.Split(rec.Stack, "\n") {
+			if strings.Contains(frame, "phasepay/internal/") && !strings.Contains(frame, "recoverPanics") {
+				at = " at " + strings.TrimSpace(frame)
+				break
+			}
+		}
+		out = append(out, rec.Panic+at)
+	}
+	return out
 }
 
 func countCrashPoints(logs string, into map[string]int) {
