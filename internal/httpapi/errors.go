@@ -147,8 +147,17 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 	}
 	if p.Status >= 500 {
-		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
-			slog.String("request_id", p.RequestID), slog.String("error", err.Error()))
+		// An internal error is ours to fix: ERROR. A 503 is a dependency
+		// away (the PSP, the database) or a retry that came before its
+		// time, which the answer's Retry-After schedules: WARN, so that an
+		// outage does not bury a bug in a flood of ERROR lines.
+		level := slog.LevelWarn
+		if p.Status == http.StatusInternalServerError {
+			level = slog.LevelError
+		}
+		s.log.LogAttrs(r.Context(), level, "request failed",
+			slog.String("request_id", p.RequestID), slog.Int("status", p.Status),
+			slog.String("error", err.Error()))
 	}
 	problem.Write(w, p)
 }
