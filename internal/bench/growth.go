@@ -12,6 +12,15 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
+// Growth is the cost of a claim and a replay with Keys keys stored.
+type Growth struct {
+	Keys        int     `json:"existing_keys"`
+	ClaimP50    float64 `json:"claim_p50_ms"`
+	ClaimP99    float64 `json:"claim_p99_ms"`
+	ReplayP50   float64 `json:"replay_p50_ms"`
+	SeedSeconds float64 `json:"seed_seconds"`
+}
+
 // seedSQL inserts finished keys numbered $2..$3 for tenant $1, spread over
 // the days that have partitions (yesterday to two days on), as retention
 // would leave them. Foreign-key triggers are off for the seeding session

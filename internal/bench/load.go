@@ -125,3 +125,5 @@ func loadAt(ctx context.Context, hc *http.Client, base, path, apiKey string, cli
 }
 
 func keyf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+const visa = `{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`

@@ -18,6 +18,12 @@ type Baseline struct {
 	LatencyAvg float64 `json:"latency_avg_ms"`
 }
 
+// Baselines are pgbench's numbers per level.
+type Baselines struct {
+	Insert []Baseline `json:"insert_commit"`
+	Select []Baseline `json:"pk_select_1m"`
+}
+
 // pgbenchInsert commits one row shaped like an idempotency key per
 // transaction: the durable write a new charge cannot do without.
 const pgbenchInsert = `\set k random(1, 9000000000000000)
@@ -75,4 +81,55 @@ func runPgbench(ctx context.Context, dbURL, script string, clients int, dur time
 		return Baseline{}, fmt.Errorf("pgbench: no tps in output:\n%s", out)
 	}
 	return b, nil
+}
+
+func (e *env) baselines(ctx context.Context, res *Results) error {
+	// Tables shaped like idempotency_keys (its columns, defaults, checks
+	// and primary key), unpartitioned.
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE bench_keys (LIKE idempotency_keys INCLUDING ALL)`); err != nil {
+		return err
+	}
+	if err := e.selectTable(ctx); err != nil {
+		return err
+	}
+	for _, c := range e.cfg.Levels {
+		ins, err := runPgbench(ctx, e.dbURL, pgbenchInsert, c, e.cfg.Duration)
+		if err != nil {
+			return err
+		}
+		sel, err := runPgbench(ctx, e.dbURL, pgbenchSelect, c, e.cfg.Duration)
+		if err != nil {
+			return err
+		}
+		res.Baseline.Insert = append(res.Baseline.Insert, ins)
+		res.Baseline.Select = append(res.Baseline.Select, sel)
+		e.log("  %2d clients: INSERT %.0f tps (%.2f ms), SELECT %.0f tps (%.3f ms)", c, ins.TPS, ins.LatencyAvg, sel.TPS, sel.LatencyAvg)
+	}
+	// bench_select stays, for the PK SELECT run beside the replays.
+	_, err := e.pool.Exec(ctx, `DROP TABLE bench_keys`)
+	return err
+}
+
+// selectTable creates and fills bench_select, pgbenchSelect's table of 1 M
+// rows shaped like finished idempotency keys (unpartitioned), unless it
+// exists.
+func (e *env) selectTable(ctx context.Context) error {
+	var exists bool
+	if err := e.pool.QueryRow(ctx, `SELECT to_regclass('bench_select') IS NOT NULL`).Scan(&exists); err != nil || exists {
+		return err
+	}
+	for _, stmt := range []string{
+		`CREATE TABLE bench_select (LIKE idempotency_keys INCLUDING ALL)`,
+		`INSERT INTO bench_select (tenant_id, key, fingerprint, request_method, request_path, request_body,
+		        state, recovery_point, response_status, response_content_type, response_body)
+		 SELECT 1, 'k' || g, sha256(g::text::bytea), 'POST', '/v1/charges', convert_to('` + visa + `', 'UTF8'),
+		        'done', 'done', 201, 'application/json', convert_to(repeat('x', 260), 'UTF8')
+		   FROM generate_series(1, 1000000) g`,
+		`VACUUM ANALYZE bench_select`,
+	} {
+		if _, err := e.pool.Exec(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return nil
 }

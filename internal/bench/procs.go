@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -68,4 +69,47 @@ func freeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// startStack starts the mock PSP (no faults, no latency) and one API.
+func (e *env) startStack(ctx context.Context, extra map[string]string) (base string, stop func(), err error) {
+	return e.startStackOn(ctx, e.dbURL, extra)
+}
+
+// startPSP starts a mock PSP process and returns its base URL.
+func (e *env) startPSP(ctx context.Context) (string, *server, error) {
+	pspAddr, err := freeAddr()
+	if err != nil {
+		return "", nil, err
+	}
+	psp, err := startServer(ctx, filepath.Join(e.cfg.BinDir, "mockpsp"), map[string]string{"MOCKPSP_ADDR": pspAddr},
+		"http://"+pspAddr+"/_admin/authorizations")
+	if err != nil {
+		return "", nil, err
+	}
+	return "http://" + pspAddr, psp, nil
+}
+
+// startStackOn is startStack with the API connecting to dbURL (the
+// round-trip counter's proxy, say).
+func (e *env) startStackOn(ctx context.Context, dbURL string, extra map[string]string) (base string, stop func(), err error) {
+	pspURL, psp, err := e.startPSP(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	apiAddr, err := freeAddr()
+	if err != nil {
+		psp.stop()
+		return "", nil, err
+	}
+	envs := map[string]string{"DATABASE_URL": dbURL, "API_ADDR": apiAddr, "PSP_URL": pspURL}
+	for k, v := range extra {
+		envs[k] = v
+	}
+	api, err := startServer(ctx, filepath.Join(e.cfg.BinDir, "api"), envs, "http://"+apiAddr+"/healthz", "serve")
+	if err != nil {
+		psp.stop()
+		return "", nil, err
+	}
+	return "http://" + apiAddr, func() { api.stop(); psp.stop() }, nil
 }

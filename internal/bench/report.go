@@ -6,6 +6,23 @@ import (
 	"strings"
 )
 
+// Efficiency compares phasepay with the baselines at one level.
+type Efficiency struct {
+	Clients int `json:"clients"`
+	// NewCharge = charges/s × durable commits per charge ÷ baseline INSERT tps.
+	NewCharge float64 `json:"new_charge"`
+	// Replay = replays/s ÷ baseline SELECT tps.
+	Replay float64 `json:"replay"`
+}
+
+// Target is one goal of the benchmark issue and whether this run met it.
+type Target struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+	Goal  string `json:"goal"`
+	Met   bool   `json:"met"`
+}
+
 // targets are the goals of the benchmark issue, each with this run's value.
 // A target whose measurement did not run (a -steps run) is not listed.
 func targets(r *Results) []Target {
@@ -153,4 +170,25 @@ func (r *Results) Table() string {
 	}
 	p("\nGo micro-benchmarks:\n\n```\n%s\n```\n", strings.Join(r.Micro, "\n"))
 	return b.String()
+}
+
+func efficiency(res *Results) []Efficiency {
+	commits := 2.0
+	for _, c := range res.Commits {
+		if strings.HasPrefix(c.Mode, "folded") && c.Durable > 0 {
+			commits = c.Durable
+		}
+	}
+	var out []Efficiency
+	for i, n := range res.NewCharges {
+		ef := Efficiency{Clients: n.Clients}
+		if i < len(res.Baseline.Insert) && res.Baseline.Insert[i].TPS > 0 {
+			ef.NewCharge = n.PerSec * commits / res.Baseline.Insert[i].TPS
+		}
+		if i < len(res.Replays) && i < len(res.Baseline.Select) && res.Baseline.Select[i].TPS > 0 {
+			ef.Replay = res.Replays[i].PerSec / res.Baseline.Select[i].TPS
+		}
+		out = append(out, ef)
+	}
+	return out
 }

@@ -8,6 +8,18 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Retention compares dropping a day partition with deleting its rows.
+type Retention struct {
+	Rows             int     `json:"rows"`
+	DetachMs         float64 `json:"detach_ms"`
+	DropMs           float64 `json:"drop_ms"`
+	DropWALBytes     int64   `json:"drop_wal_bytes"`
+	DropDeadTuples   int64   `json:"drop_dead_tuples"`
+	DeleteMs         float64 `json:"delete_ms"`
+	DeleteWALBytes   int64   `json:"delete_wal_bytes"`
+	DeleteDeadTuples int64   `json:"delete_dead_tuples"`
+}
+
 // retention compares the two ways to forget a day of keys: dropping its
 // partition (what the reaper does) and deleting its rows in batches of
 // 10,000 (what a table without partitions would need). Two identical old
