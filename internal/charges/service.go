@@ -106,28 +106,19 @@ func (s *Service) Create(ctx context.Context, tenantID int64, key string, req id
 // *ChargePendingError. A capture the charge's state does not allow is a
 // stored 400 answer, not an error.
 func (s *Service) Capture(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (Result, error) {
-	if s.capture == nil {
-		return Result{}, phases.ErrNoOperation
-	}
-	return phases.Do(ctx, s.engine, s.capture, tenantID, key, req)
+	return do(ctx, s.engine, s.capture, tenantID, key, req)
 }
 
 // Void runs one POST /v1/charges/{id}/void (req from ParseVoidRequest), as
 // Capture.
 func (s *Service) Void(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (Result, error) {
-	if s.void == nil {
-		return Result{}, phases.ErrNoOperation
-	}
-	return phases.Do(ctx, s.engine, s.void, tenantID, key, req)
+	return do(ctx, s.engine, s.void, tenantID, key, req)
 }
 
 // Refund runs one POST /v1/refunds (req from ParseRefundRequest). Besides
 // Create's errors: ErrNotFound (the charge).
 func (s *Service) Refund(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (Result, error) {
-	if s.refund == nil {
-		return Result{}, phases.ErrNoOperation
-	}
-	return phases.Do(ctx, s.engine, s.refund, tenantID, key, req)
+	return do(ctx, s.engine, s.refund, tenantID, key, req)
 }
 
 // ParseError is a request body refused by its parser (a *ValidationError
@@ -140,12 +131,9 @@ type ParseError = phases.ParseError
 // is parsed with ParseCreateRequest and run as Create. It returns Create's
 // errors, or a *ParseError.
 func (s *Service) CreateFromBody(ctx context.Context, tenantID int64, key string, body []byte) (Result, error) {
-	return phases.DoRaw(ctx, s.engine, s.authorize, tenantID, key, phases.Raw{
-		Method: http.MethodPost, Path: Path, Body: body,
-		Parse: func(body []byte) (idempotency.Canonical, error) {
-			req, _, err := ParseCreateRequest(body)
-			return req, err
-		},
+	return doRaw(ctx, s.engine, s.authorize, tenantID, key, Path, body, func(body []byte) (idempotency.Canonical, error) {
+		req, _, err := ParseCreateRequest(body)
+		return req, err
 	})
 }
 
@@ -153,40 +141,43 @@ func (s *Service) CreateFromBody(ctx context.Context, tenantID int64, key string
 // it came, as CreateFromBody; a body is parsed with ParseCaptureRequest.
 // Capture's errors, or a *ParseError.
 func (s *Service) CaptureFromBody(ctx context.Context, tenantID int64, key, chargeID string, body []byte) (Result, error) {
-	if s.capture == nil {
-		return Result{}, phases.ErrNoOperation
-	}
-	return phases.DoRaw(ctx, s.engine, s.capture, tenantID, key, phases.Raw{
-		Method: http.MethodPost, Path: pathOf(CapturePath, chargeID), Body: body,
-		Parse: func(body []byte) (idempotency.Canonical, error) { return ParseCaptureRequest(chargeID, body) },
-	})
+	return doRaw(ctx, s.engine, s.capture, tenantID, key, pathOf(CapturePath, chargeID), body,
+		func(body []byte) (idempotency.Canonical, error) { return ParseCaptureRequest(chargeID, body) })
 }
 
 // VoidFromBody runs one POST /v1/charges/{id}/void from its body as it
 // came, as CaptureFromBody (ParseVoidRequest).
 func (s *Service) VoidFromBody(ctx context.Context, tenantID int64, key, chargeID string, body []byte) (Result, error) {
-	if s.void == nil {
-		return Result{}, phases.ErrNoOperation
-	}
-	return phases.DoRaw(ctx, s.engine, s.void, tenantID, key, phases.Raw{
-		Method: http.MethodPost, Path: pathOf(VoidPath, chargeID), Body: body,
-		Parse: func(body []byte) (idempotency.Canonical, error) { return ParseVoidRequest(chargeID, body) },
-	})
+	return doRaw(ctx, s.engine, s.void, tenantID, key, pathOf(VoidPath, chargeID), body,
+		func(body []byte) (idempotency.Canonical, error) { return ParseVoidRequest(chargeID, body) })
 }
 
 // RefundFromBody runs one POST /v1/refunds from its body as it came, as
 // CreateFromBody (ParseRefundRequest). Refund's errors, or a *ParseError.
 func (s *Service) RefundFromBody(ctx context.Context, tenantID int64, key string, body []byte) (Result, error) {
-	if s.refund == nil {
+	return doRaw(ctx, s.engine, s.refund, tenantID, key, RefundPath, body, func(body []byte) (idempotency.Canonical, error) {
+		req, _, err := ParseRefundRequest(body)
+		return req, err
+	})
+}
+
+// do runs op, parsed, and doRaw runs it from its body as it came
+// (phases.DoRaw, a POST to path). An operation this service does not have
+// (a PSP that cannot settle, see NewService) is phases.ErrNoOperation.
+func do[S any](ctx context.Context, e *phases.Engine, op *phases.Operation[S], tenantID int64, key string,
+	req idempotency.Canonical) (Result, error) {
+	if op == nil {
 		return Result{}, phases.ErrNoOperation
 	}
-	return phases.DoRaw(ctx, s.engine, s.refund, tenantID, key, phases.Raw{
-		Method: http.MethodPost, Path: RefundPath, Body: body,
-		Parse: func(body []byte) (idempotency.Canonical, error) {
-			req, _, err := ParseRefundRequest(body)
-			return req, err
-		},
-	})
+	return phases.Do(ctx, e, op, tenantID, key, req)
+}
+
+func doRaw[S any](ctx context.Context, e *phases.Engine, op *phases.Operation[S], tenantID int64, key, path string,
+	body []byte, parse func([]byte) (idempotency.Canonical, error)) (Result, error) {
+	if op == nil {
+		return Result{}, phases.ErrNoOperation
+	}
+	return phases.DoRaw(ctx, e, op, tenantID, key, phases.Raw{Method: http.MethodPost, Path: path, Body: body, Parse: parse})
 }
 
 // GetRefund returns a tenant's refund, or ErrRefundNotFound.
