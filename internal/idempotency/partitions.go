@@ -23,6 +23,19 @@ const PartitionsAhead = 4
 // PartitionsAhead days ahead, so a missed pass costs nothing).
 const MaintenanceLockTimeout = 500 * time.Millisecond
 
+// DayPartition names the partition of idempotency_keys that holds the keys
+// created on day (its UTC day, whatever day's location), as
+// idempotency_keys_ensure_partitions (migrations/00016) names the ones it
+// creates and the statements below match them: idempotency_keys_pYYYYMMDD.
+// Go code that needs a day's name (Peek's read of a key's day) takes it
+// from here; TestPartitionsCreatedAhead checks it against the names the
+// database gives.
+func DayPartition(day time.Time) string {
+	return dayPartitionPrefix + day.UTC().Format("20060102")
+}
+
+const dayPartitionPrefix = "idempotency_keys_p"
+
 // Beginner is what partition maintenance runs on: a *pgxpool.Pool or a
 // *pgx.Conn. Its statements open transactions of their own (to scope
 // SET LOCAL) or must run outside any (DETACH … CONCURRENTLY).

@@ -15,7 +15,10 @@ import (
 	"github.com/phasepay/phasepay/internal/testdb"
 )
 
-func partitionName(day time.Time) string { return "idempotency_keys_p" + day.Format("20060102") }
+// partitionName is idempotency.DayPartition, which so names every partition
+// these tests look for, and TestPartitionsCreatedAhead checks it against
+// the names the database gives.
+func partitionName(day time.Time) string { return idempotency.DayPartition(day) }
 
 func partitionExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
 	t.Helper()
