@@ -147,8 +147,8 @@ func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 	ctx, span := e.tel.tracer.Start(ctx, op.Span, trace.WithAttributes(attrTenant.Int64(tenantID)))
 	defer func() { endSpan(span, err) }()
 	var seen *peeked
-	if e.hints.seen(tenantID, key) {
-		seen = e.peek(ctx, tenantID, key)
+	if day, ok := e.hints.seen(tenantID, key); ok {
+		seen = e.peek(ctx, tenantID, key, day)
 	}
 	return do(ctx, e, op, tenantID, key, req, seen)
 }
@@ -161,8 +161,19 @@ type peeked struct {
 	err error
 }
 
-func (e *Engine) peek(ctx context.Context, tenantID int64, key string) *peeked {
-	rec, err := e.keys.Peek(ctx, e.pool, tenantID, key)
+// peek reads the key in the partition of day, the day its hint knows (the
+// zero time if none), or else through its heads (idempotency.PeekDay), and
+// corrects the hint's day for the next retry when the day was missing or
+// wrong.
+func (e *Engine) peek(ctx context.Context, tenantID int64, key string, day time.Time) *peeked {
+	rec, fromDay, err := e.keys.PeekDay(ctx, e.pool, tenantID, key, day)
+	if err == nil && !fromDay {
+		if !day.IsZero() && dayOf(rec.CreatedAt) == dayOf(day) {
+			e.hints.noDay(tenantID, key)
+		} else {
+			e.hints.add(tenantID, key, rec.CreatedAt)
+		}
+	}
 	return &peeked{rec: rec, err: err}
 }
 
@@ -202,7 +213,9 @@ func do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 			return Result{}, fmt.Errorf("%s: %w", op.Span, seen.err)
 		}
 	}
-	e.hints.add(tenantID, key)
+	// Seen from now on, its day not known until the claim reads its row
+	// (added below).
+	e.hints.add(tenantID, key, time.Time{})
 	claim := idempotency.ClaimParams{TenantID: tenantID, Key: key, Request: req, TraceContext: traceContext(ctx)}
 	folded := op.group(0, e.cfg.OneCommitPerPhase, true)
 	run := &Run[S]{}
@@ -239,8 +252,13 @@ func do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 		return Result{}, fmt.Errorf("%s: %w", op.Span, dbstate.Wrap(err))
 	}
 	if errors.Is(err, idempotency.ErrKeyExists) && q.Found {
+		e.hints.add(tenantID, key, q.Existing.CreatedAt)
 		return existing(ctx, e, op, q.Existing, req.Fingerprint)
 	}
+	// The new row's day, once the claim read it (even if the commit's
+	// answer was then lost: a day whose partition lacks the key only costs
+	// the next retry one more read).
+	e.hints.add(tenantID, key, q.Lease.Record.CreatedAt)
 	e.recordArrows(ctx, q.Lease, arrows, time.Now())
 	if err != nil {
 		if dbstate.Unavailable(err) && !q.Lease.Record.CreatedAt.IsZero() {

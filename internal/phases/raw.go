@@ -48,7 +48,8 @@ func (e *ParseError) Unwrap() error { return e.Err }
 //
 // Besides Do's errors, a *ParseError holding Parse's.
 func DoRaw[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64, key string, raw Raw) (_ Result, err error) {
-	if !e.hints.seen(tenantID, key) {
+	day, ok := e.hints.seen(tenantID, key)
+	if !ok {
 		// Most likely new: parsed first, as always, and its claim reads
 		// the key if it exists.
 		req, err := raw.parse()
@@ -59,7 +60,7 @@ func DoRaw[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int
 	}
 	ctx, span := e.tel.tracer.Start(ctx, op.Span, trace.WithAttributes(attrTenant.Int64(tenantID)))
 	defer func() { endSpan(span, err) }()
-	seen := e.peek(ctx, tenantID, key)
+	seen := e.peek(ctx, tenantID, key, day)
 	if seen.err == nil {
 		fp := idempotency.RawFingerprint(raw.Method, raw.Path, raw.Body)
 		if seen.rec.Request.Fingerprint == fp {

@@ -194,7 +194,7 @@ func TestSeenUnfinishedKeyBehavesAsBefore(t *testing.T) {
 			rec, _, err = w.store.Claim(ctx, tx, idempotency.ClaimParams{TenantID: w.tenant, Key: key, Request: req})
 			return err
 		}))
-		e.hints.add(w.tenant, key)
+		e.hints.add(w.tenant, key, time.Time{})
 		return w.store.LeaseOf(rec)
 	}
 
@@ -213,11 +213,45 @@ func TestSeenUnfinishedKeyBehavesAsBefore(t *testing.T) {
 
 	later, laterOp := w.engine(t, w.pool(t, 2*time.Minute))
 	for _, key := range []string{"held", "released"} {
-		later.hints.add(w.tenant, key)
+		later.hints.add(w.tenant, key, time.Time{})
 		res, err := DoRaw(ctx, later, laterOp, w.tenant, key, w.raw("a", `{"n":1}`))
 		require.NoError(t, err, key)
 		require.Equal(t, OutcomeTakeover, res.Outcome, key)
 		require.Equal(t, `{"poked":"a"}`, string(res.Response.Body))
 	}
 	require.EqualValues(t, 2, w.runs.Load())
+}
+
+// The key's day, which the claim read, is remembered with its hint, and a
+// retry reads that day's partition: one read. A wrong day (the hint of a
+// key whose partition is gone, or never was) costs the retry one more read
+// and the same answer, and is corrected for the next.
+func TestReplayReadsTheDayTheHintKnows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := setupRaw(t)
+	e, op := w.engine(t, w.pool(t, 0))
+	first, err := DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":1}`))
+	require.NoError(t, err)
+	today := w.t0.Truncate(24 * time.Hour)
+	d, ok := e.hints.seen(w.tenant, "k")
+	require.True(t, ok)
+	require.Equal(t, today, d, "the claim's day")
+
+	var res Result
+	statements, _ := w.delta(func() { res, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":1}`)) })
+	require.NoError(t, err)
+	require.Equal(t, Result{Response: first.Response, Outcome: OutcomeReplay}, res)
+	require.EqualValues(t, 1, statements)
+
+	for _, wrong := range []time.Time{today.AddDate(0, 0, -400), today.AddDate(0, 0, 1)} {
+		e.hints.add(w.tenant, "k", wrong)
+		statements, _ = w.delta(func() { res, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":1}`)) })
+		require.NoError(t, err)
+		require.Equal(t, Result{Response: first.Response, Outcome: OutcomeReplay}, res)
+		require.EqualValues(t, 2, statements, "the wrong day, then the heads")
+		d, _ = e.hints.seen(w.tenant, "k")
+		require.Equal(t, today, d, "corrected")
+	}
+	require.EqualValues(t, 1, w.runs.Load())
 }
