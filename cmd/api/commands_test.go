@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/tenants"
 	"github.com/phasepay/phasepay/internal/testdb"
@@ -110,6 +111,19 @@ SELECT count(*) FROM pg_inherits
 	code, stdout, stderr := runCmd([]string{"keys", "create", "--tenant", "acme"}, env)
 	require.Equal(t, 0, code, "stderr: %s", stderr)
 	require.True(t, strings.HasPrefix(stdout, "sk_"))
+}
+
+// A server without autovacuum keeps plans made on empty tables until
+// someone runs ANALYZE (docs/operations.md): migrate says so, and only then.
+func TestMigrateWarnsWhenAutovacuumIsOff(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.NewURL(t)
+	off, err := dbpool.AutovacuumOff(t.Context(), dbURL)
+	require.NoError(t, err)
+	code, _, stderr := runCmd([]string{"migrate"}, map[string]string{"DATABASE_URL": dbURL})
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	warned := strings.Contains(stderr, `"level":"WARN"`) && strings.Contains(stderr, "autovacuum is off")
+	require.Equal(t, off, warned, "autovacuum off: %v; stderr: %s", off, stderr)
 }
 
 func TestKeysCreateStoresOnlyHash(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/telemetry"
 )
 
@@ -312,6 +313,9 @@ ahead.`,
 				return err
 			}
 			inv.logger.Info("migrations applied")
+			if off, err := dbpool.AutovacuumOff(ctx, inv.cfg.DatabaseURL); err == nil && off {
+				inv.logger.Warn("autovacuum is off on this server: nothing refreshes the planner's statistics, and a plan made before a table had any can scan a tenant's every row until ANALYZE runs (docs/operations.md)")
+			}
 			return nil
 		}
 	},

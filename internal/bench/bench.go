@@ -89,6 +89,9 @@ type Results struct {
 	Refunds  []LoadResult `json:"refunds"`
 	// PrimaryDown is new charges between two PSPs, the first down (failover.go).
 	PrimaryDown PrimaryDown `json:"primary_down"`
+	// Statistics says whether the server kept the planner's statistics
+	// or the run did (analyze.go).
+	Statistics Statistics `json:"statistics"`
 }
 
 // Run runs the whole benchmark.
@@ -119,19 +122,23 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		return nil, err
 	}
 	defer e.teardown()
+	res.Statistics = Statistics{Autovacuum: !e.analyzer.emulate, Emulated: e.analyzer.emulate}
+	if e.analyzer.emulate {
+		e.log("the server runs without autovacuum: the steps that load phasepay analyze tables as autovacuum would (analyze.go)")
+	}
 
 	steps := []struct {
 		name string
 		run  func(context.Context, *Results) error
 	}{
 		{"baselines (pgbench)", e.baselines},
-		{"commits per new charge", e.commits},
-		{"round trips per new charge and replay", e.roundTrips},
-		{"new charges, replays, 409s (alternating with bare baselines)", e.loads},
-		{"captures and refunds", e.operations},
-		{"new charges with the primary PSP down (breaker open)", e.primaryDown},
-		{"instrumentation overhead (alternating on/off)", e.instrumentation},
-		{"tenant foreign keys (alternating with/without)", e.tenantFKs},
+		{"commits per new charge", e.withStatistics(e.commits)},
+		{"round trips per new charge and replay", e.withStatistics(e.roundTrips)},
+		{"new charges, replays, 409s (alternating with bare baselines)", e.withStatistics(e.loads)},
+		{"captures and refunds", e.withStatistics(e.operations)},
+		{"new charges with the primary PSP down (breaker open)", e.withStatistics(e.primaryDown)},
+		{"instrumentation overhead (alternating on/off)", e.withStatistics(e.instrumentation)},
+		{"tenant foreign keys (alternating with/without)", e.withStatistics(e.tenantFKs)},
 		{"claim by partition count", e.claimByPartitions},
 		{"cost growth with stored keys", e.growth},
 		{"retention: drop vs delete, claims during the drop", e.retention},

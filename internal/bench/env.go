@@ -31,7 +31,10 @@ type env struct {
 	claims *pgxpool.Pool
 	apiKey string
 	hc     *http.Client
-	log    func(format string, args ...any)
+	// analyzer stands in for autovacuum where the server has none
+	// (analyze.go).
+	analyzer *analyzer
+	log      func(format string, args ...any)
 }
 
 func (e *env) setup(ctx context.Context) error {
@@ -73,6 +76,11 @@ func (e *env) setup(ctx context.Context) error {
 	if e.pool, err = pgxpool.New(ctx, e.dbURL); err != nil {
 		return err
 	}
+	on, err := autovacuumOn(ctx, e.pool)
+	if err != nil {
+		return fmt.Errorf("autovacuum setting: %w", err)
+	}
+	e.analyzer = &analyzer{pool: e.pool, emulate: !on}
 	e.claims, err = apiPool(ctx, e.dbURL)
 	return err
 }

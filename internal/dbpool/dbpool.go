@@ -129,3 +129,26 @@ func OpenPool(ctx context.Context, url string, tel *telemetry.Telemetry) (*pgxpo
 type exchangeTracer struct{ *otelpgx.Tracer }
 
 func (exchangeTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+// autovacuumSQL reads the server's autovacuum setting.
+const autovacuumSQL = `SELECT current_setting('autovacuum')::bool`
+
+// AutovacuumOff reports whether the server at url runs without autovacuum.
+// Such a server never refreshes the planner's statistics by itself, and
+// PlanCacheModeDefault plans each statement once per connection: a plan
+// made while a table was empty and never analyzed (a new database, say)
+// is kept until someone runs ANALYZE, and one such plan looked a charge
+// up by walking all of its tenant's charges (docs/operations.md). `api
+// migrate` warns when it finds the setting off.
+func AutovacuumOff(ctx context.Context, url string) (bool, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(ctx)
+	var on bool
+	if err := conn.QueryRow(ctx, autovacuumSQL).Scan(&on); err != nil {
+		return false, fmt.Errorf("autovacuum setting: %w", err)
+	}
+	return !on, nil
+}
