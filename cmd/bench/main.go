@@ -1,6 +1,10 @@
 // Command bench is `make bench`: phasepay against PostgreSQL's own limits
 // on this machine (internal/bench). It prints a Markdown table and writes
 // the results as JSON to bench/results/.
+//
+// `bench bare` serves the bare baselines (bench.ServeBare): the benchmark
+// re-runs its own executable that way, so that the baselines are a process
+// of their own, as the api is.
 package main
 
 import (
@@ -20,12 +24,27 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
+
+const usage = `Usage: bench [flags]
+       bench bare
+
+` + "`make bench`" + `: phasepay against PostgreSQL's own limits on this machine. Prints
+a Markdown table and writes the results as JSON.
+
+bench bare serves the bare baselines (internal/bench/bare.go) on BARE_ADDR,
+with DATABASE_URL and PSP_URL, until SIGTERM. The benchmark starts it itself,
+from its own executable, so that the baselines are a process of their own, as
+the api is; run by hand, it is for profiling them.
+`
 
 // run is main with its inputs and exit code explicit; -h writes the usage
 // to stdout and starts nothing.
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "bare" {
+		return runBare(args[1:], getenv, stdout, stderr)
+	}
 	var cfg bench.Config
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	admin := fs.String("admin-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL maintenance database")
@@ -36,7 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	steps := fs.String("steps", "", "comma-separated step name prefixes to run (default all)")
 	fs.IntVar(&cfg.Reps, "reps", 2, "runs of each compared load, alternated with the other's (A B A B for 2); medians are reported")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: bench [flags]\n\n`make bench`: phasepay against PostgreSQL's own limits on this machine. Prints\na Markdown table and writes the results as JSON.\n\nFlags:\n")
+		fmt.Fprint(fs.Output(), usage+"\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.SetOutput(io.Discard)
@@ -64,6 +83,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	wd, _ := os.Getwd()
 	cfg.ModuleDir = wd
 	cfg.BinDir, _ = filepath.Abs(cfg.BinDir)
+	// Under `go run` the executable is a temporary file that lives as long
+	// as this process, which is long enough.
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(stderr, "bench: own executable, to serve the bare baselines:", err)
+		return 1
+	}
+	cfg.BareCmd = []string{exe, "bare"}
 	if *quick {
 		cfg.Duration = 2 * time.Second
 		cfg.GrowthSizes = []int{0, 100_000}
@@ -82,5 +109,38 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintln(stderr, "bench: results written to", path)
+	return 0
+}
+
+// runBare is `bench bare`: it takes no flags and no arguments, only its
+// environment.
+func runBare(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench bare", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage) }
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0
+	} else if err != nil || fs.NArg() > 0 {
+		if err == nil {
+			err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		}
+		fmt.Fprintln(stderr, "bench bare:", err)
+		fs.SetOutput(stderr)
+		fs.Usage()
+		return 2
+	}
+	cfg, err := bench.BareConfigFromEnv(getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench bare:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := bench.ServeBare(ctx, cfg); err != nil {
+		fmt.Fprintln(stderr, "bench bare:", err)
+		return 1
+	}
 	return 0
 }

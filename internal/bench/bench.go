@@ -27,6 +27,11 @@ type Config struct {
 	AdminURL string
 	// BinDir holds api and mockpsp (make build).
 	BinDir string
+	// BareCmd is the command (program and arguments) that serves the bare
+	// baselines as a process of their own, given BARE_ADDR, DATABASE_URL
+	// and PSP_URL in its environment (ServeBare): cmd/bench passes its own
+	// executable and "bare". Required by the steps that use the baselines.
+	BareCmd []string
 	// ModuleDir is the repository root (for the Go micro-benchmarks).
 	ModuleDir string
 	// Levels are the concurrency levels. Default 1, 8, 32.

@@ -146,7 +146,7 @@ func (e *env) loads(ctx context.Context, res *Results) error {
 		return err
 	}
 	defer psp.stop()
-	bare, err := startBare(ctx, e.dbURL, pspURL)
+	bare, err := e.startBare(ctx, e.dbURL, pspURL)
 	if err != nil {
 		return err
 	}

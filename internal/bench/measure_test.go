@@ -110,7 +110,8 @@ func TestWireCounterCountsStatements(t *testing.T) {
 // The bare baselines do what the issue defines and nothing more: a new
 // charge is two single-statement commits around one PSP call (2 round
 // trips), a replay one primary-key read (1) whose answer is the stored
-// bytes.
+// bytes. They run as the benchmark runs them, a process of their own
+// (startBare), which ends cleanly on stop.
 func TestBareBaselinesDoTheIrreducibleWork(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -124,11 +125,10 @@ func TestBareBaselinesDoTheIrreducibleWork(t *testing.T) {
 	t.Cleanup(w.Close)
 	via, err := viaWireCounter(dbURL, w.Addr())
 	require.NoError(t, err)
-	bare, err := startBare(ctx, via, pspSrv.URL)
+	e := &env{cfg: Config{BareCmd: testBareCmd(t)}, hc: &http.Client{Timeout: 10 * time.Second}, apiKey: "unused"}
+	bare, err := e.startBare(ctx, via, pspSrv.URL)
 	require.NoError(t, err)
 	t.Cleanup(bare.stop)
-
-	e := &env{hc: &http.Client{Timeout: 10 * time.Second}, apiKey: "unused"}
 	// Warm: connections and prepared statements.
 	code, err := e.send(ctx, bare.NewURL(), request{"warm", []byte(visa)})
 	require.NoError(t, err)
@@ -157,6 +157,11 @@ func TestBareBaselinesDoTheIrreducibleWork(t *testing.T) {
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
 	require.JSONEq(t, `{"id":"ch_k1","amount":1000,"currency":"usd","status":"authorized","psp_reference":"`+
 		mock.Authorizations()[1].ID+`","decline_code":null}`, string(body))
+
+	bare.stop()
+	require.True(t, bare.cmd.ProcessState.Success(), "bench bare ends cleanly on SIGTERM: %v", bare.cmd.ProcessState)
+	_, err = e.send(ctx, bare.NewURL(), request{"k2", []byte(visa)})
+	require.Error(t, err, "nothing listens after stop")
 }
 
 // A ratio of medians taken over alternating runs: each figure is the median

@@ -115,7 +115,7 @@ func (e *env) roundTrips(ctx context.Context, res *Results) error {
 		return err
 	}
 	defer psp.stop()
-	bare, err := startBare(ctx, bareURL, pspURL)
+	bare, err := e.startBare(ctx, bareURL, pspURL)
 	if err != nil {
 		return err
 	}
