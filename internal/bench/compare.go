@@ -34,6 +34,11 @@ type BareRatio struct {
 	// NewP50 and ReplayP50 are latency ratios (lower is better).
 	NewP50    float64 `json:"new_p50"`
 	ReplayP50 float64 `json:"replay_p50"`
+	// NewCeiling and ReplayCeiling are the throughput ratios phasepay's
+	// database work alone allows (CPUCeiling): what the ratios could reach
+	// if nothing but the database cost phasepay more than the baseline.
+	NewCeiling    float64 `json:"new_per_sec_ceiling"`
+	ReplayCeiling float64 `json:"replay_per_sec_ceiling"`
 }
 
 // medianOf is the median of f over xs (0 for none).
@@ -85,6 +90,18 @@ func median(rs []LoadResult) LoadResult {
 		P99:  med(func(r LoadResult) float64 { return r.Latency.P99 }),
 		P999: med(func(r LoadResult) float64 { return r.Latency.P999 }),
 		Mean: med(func(r LoadResult) float64 { return r.Latency.Mean }),
+	}
+	var costs []*CPUCost
+	for _, r := range rs {
+		if r.CPU != nil {
+			costs = append(costs, r.CPU)
+		}
+	}
+	if len(costs) > 0 {
+		out.CPU = &CPUCost{
+			Machine:  medianOf(costs, func(c *CPUCost) float64 { return c.Machine }),
+			Database: medianOf(costs, func(c *CPUCost) float64 { return c.Database }),
+		}
 	}
 	return out
 }
@@ -155,13 +172,17 @@ func (e *env) loads(ctx context.Context, res *Results) error {
 	var done, bareDone keyList
 	for _, c := range e.cfg.Levels {
 		b, n := alternate(e.cfg.Reps, func(rep int) LoadResult {
-			return load(ctx, e.hc, bare.NewURL(), e.apiKey, c, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
-				return request{keyf("bare-%d-%d-%d-%d", c, rep, w, i), []byte(visa)}
-			}, bareDone.add)
+			return e.costed(ctx, func() LoadResult {
+				return load(ctx, e.hc, bare.NewURL(), e.apiKey, c, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
+					return request{keyf("bare-%d-%d-%d-%d", c, rep, w, i), []byte(visa)}
+				}, bareDone.add)
+			})
 		}, func(rep int) LoadResult {
-			return load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
-				return request{keyf("new-%d-%d-%d-%d", c, rep, w, i), []byte(visa)}
-			}, done.add)
+			return e.costed(ctx, func() LoadResult {
+				return load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
+					return request{keyf("new-%d-%d-%d-%d", c, rep, w, i), []byte(visa)}
+				}, done.add)
+			})
 		})
 		res.Bare.New = append(res.Bare.New, b)
 		res.NewCharges = append(res.NewCharges, n)
@@ -175,9 +196,13 @@ func (e *env) loads(ctx context.Context, res *Results) error {
 	}
 	for li, c := range e.cfg.Levels {
 		b, r := alternate(e.cfg.Reps, func(rep int) LoadResult {
-			return load(ctx, e.hc, bare.ReplayURL(), e.apiKey, c, e.cfg.Duration, http.StatusCreated, bareDone.picker(uint64(c*10+rep)), nil)
+			return e.costed(ctx, func() LoadResult {
+				return load(ctx, e.hc, bare.ReplayURL(), e.apiKey, c, e.cfg.Duration, http.StatusCreated, bareDone.picker(uint64(c*10+rep)), nil)
+			})
 		}, func(rep int) LoadResult {
-			lr := load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration, http.StatusCreated, done.picker(uint64(c*10+rep)), nil)
+			lr := e.costed(ctx, func() LoadResult {
+				return load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration, http.StatusCreated, done.picker(uint64(c*10+rep)), nil)
+			})
 			if c == 1 && pkErr == nil {
 				var sel Baseline
 				if sel, pkErr = runPgbench(ctx, e.dbURL, pgbenchSelect, 1, e.cfg.Duration); pkErr == nil {
@@ -199,6 +224,7 @@ func (e *env) loads(ctx context.Context, res *Results) error {
 		res.Bare.Ratios = append(res.Bare.Ratios, BareRatio{
 			Clients: c, NewPerSec: ratio(n.PerSec, bn.PerSec), ReplayPerSec: ratio(r.PerSec, b.PerSec),
 			NewP50: ratio(n.Latency.P50, bn.Latency.P50), ReplayP50: ratio(r.Latency.P50, b.Latency.P50),
+			NewCeiling: CPUCeiling(n.CPU, bn.CPU), ReplayCeiling: CPUCeiling(r.CPU, b.CPU),
 		})
 		e.log("  replays,     %2d clients: %.0f/s, p50 %.2f ms, p99 %.2f ms; bare-replay %.0f/s, p50 %.2f ms: %.2f× the throughput",
 			c, r.PerSec, r.Latency.P50, r.Latency.P99, b.PerSec, b.Latency.P50, ratio(r.PerSec, b.PerSec))

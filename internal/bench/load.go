@@ -44,6 +44,9 @@ type LoadResult struct {
 	Latency  Latency     `json:"latency"`
 	Statuses map[int]int `json:"statuses"`
 	Errors   int         `json:"errors"`
+	// CPU is where the load's CPU went per request (cpu.go), where the
+	// step measured it.
+	CPU *CPUCost `json:"cpu_ms_per_request,omitempty"`
 }
 
 // request is what one load worker sends as its i-th request.

@@ -133,6 +133,12 @@ func (r *Results) Table() string {
 		p("| %d | %.0f | %.2f | %.2f, %.2f× | %.0f | %.2f | %.2f, %.2f× |\n", br.Clients, bn.PerSec, bn.Latency.P50, br.NewPerSec, br.NewP50,
 			brp.PerSec, brp.Latency.P50, br.ReplayPerSec, br.ReplayP50)
 	}
+	p("\nCPU per request, ms (machine: every process; database: this run's server processes), and the throughput ratio phasepay's database work alone allows (cpu.go):\n\n")
+	p("| clients | new: phasepay machine / database | bare-new | ceiling | replay: phasepay machine / database | bare-replay | ceiling |\n|---:|---|---|---:|---|---|---:|\n")
+	for i, br := range r.Bare.Ratios {
+		p("| %d | %s | %s | %.2f | %s | %s | %.2f |\n", br.Clients, cpuCell(r.NewCharges[i].CPU), cpuCell(r.Bare.New[i].CPU), br.NewCeiling,
+			cpuCell(r.Replays[i].CPU), cpuCell(r.Bare.Replay[i].CPU), br.ReplayCeiling)
+	}
 	rt := r.RoundTrips
 	p("\nDatabase round trips, counted on the wire: %.2f per new charge, %.2f per replay (bare: %.2f, %.2f).\n", rt.NewCharge, rt.Replay, rt.BareNew, rt.BareReplay)
 	st := rt.Statements
@@ -191,4 +197,11 @@ func efficiency(res *Results) []Efficiency {
 		out = append(out, ef)
 	}
 	return out
+}
+
+func cpuCell(c *CPUCost) string {
+	if c == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f / %.3f", c.Machine, c.Database)
 }
