@@ -58,19 +58,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fmt.Fprint(fs.Output(), usage+"\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return 0
-	} else if err != nil || fs.NArg() > 0 {
-		if err == nil {
-			err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
-		}
-		fmt.Fprintln(stderr, "bench:", err)
-		fs.SetOutput(stderr)
-		fs.Usage()
-		return 2
+	if code, ok := parse(fs, args, "bench", stdout, stderr); !ok {
+		return code
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -117,19 +106,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 func runBare(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench bare", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage) }
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return 0
-	} else if err != nil || fs.NArg() > 0 {
-		if err == nil {
-			err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
-		}
-		fmt.Fprintln(stderr, "bench bare:", err)
-		fs.SetOutput(stderr)
-		fs.Usage()
-		return 2
+	if code, ok := parse(fs, args, "bench bare", stdout, stderr); !ok {
+		return code
 	}
 	cfg, err := bench.BareConfigFromEnv(getenv)
 	if err != nil {
@@ -143,4 +121,27 @@ func runBare(args []string, getenv func(string) string, stdout, stderr io.Writer
 		return 1
 	}
 	return 0
+}
+
+// parse parses args, which must hold flags only, into fs. On -h it writes
+// the usage to stdout (exit code 0), on a bad flag or an argument the error
+// and the usage to stderr (2); ok is false in both cases.
+func parse(fs *flag.FlagSet, args []string, name string, stdout, stderr io.Writer) (code int, ok bool) {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0, false
+	}
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, name+":", err)
+		fs.SetOutput(stderr)
+		fs.Usage()
+		return 2, false
+	}
+	return 0, true
 }
