@@ -61,12 +61,12 @@ fuzz:
 CHAOS_SEED ?= 1
 CHAOS_DB_RESTARTS ?= 3
 chaos: pg
-	$(GO) run ./cmd/chaos -seed $(CHAOS_SEED) -intents 2000 -db-restarts $(CHAOS_DB_RESTARTS) -json bench/results/chaos.json
-	$(GO) run ./cmd/chaos -seed $(CHAOS_SEED) -intents 1000 -psps 3 -db-restarts 1 -json bench/results/chaos-routing.json
+	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 2000 -db-restarts $(CHAOS_DB_RESTARTS) -json bench/results/chaos.json
+	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 1000 -psps 3 -db-restarts 1 -json bench/results/chaos-routing.json
 
 ## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/
 bench: build pg
-	$(GO) run ./cmd/bench
+	$(GO) run ./harness/cmd/bench
 
 ## compose-up: the whole stack in containers (postgres, migrate, 2 api behind nginx on :8080, 2 reapers, mockpsp, otel-collector, prometheus :9090, grafana :3000); see deploy/README.md
 .PHONY: compose-up

@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/testdb"
+	"github.com/phasepay/phasepay/harness/testdb"
 )
 
 // closedAddr returns a loopback host and port on which nothing listens.

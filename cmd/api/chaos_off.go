@@ -9,8 +9,9 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 )
 
-// chaosCrashHook is nil in normal builds: PHASEPAY_CHAOS_CRASH has effect
-// only in binaries built with the chaos tag (see chaos_on.go).
-func chaosCrashHook(func(string) string, *slog.Logger) (func(context.Context, charges.CrashPoint) error, error) {
-	return nil, nil
+// chaosFaults are none in normal builds: PHASEPAY_CHAOS_CRASH and
+// PHASEPAY_CHAOS_DEFECT have effect only in binaries built with the chaos
+// tag (see chaos_on.go).
+func chaosFaults(func(string) string, *slog.Logger) (func(context.Context, charges.CrashPoint) error, func(charges.Authorizer) (charges.Authorizer, error), error) {
+	return nil, nil, nil
 }

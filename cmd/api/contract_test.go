@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/psp"
-	"github.com/phasepay/phasepay/internal/testdb"
 )
 
 // Request bodies. visaBody is authorized by the mock PSP, declinedBody

@@ -19,9 +19,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/phasepay/phasepay/api/apitest"
+	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/tenants"
-	"github.com/phasepay/phasepay/internal/testdb"
 )
 
 // Every server, pool, client connection and PSP call a test starts is

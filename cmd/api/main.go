@@ -282,11 +282,11 @@ database (api migrate).`,
 				// serve needs a PSP. Run refuses it too, for in-process use.
 				return fmt.Errorf("%w: %w", errConfig, ErrPSPURLRequired)
 			}
-			hook, err := chaosCrashHook(inv.getenv, inv.logger)
+			hook, wrap, err := chaosFaults(inv.getenv, inv.logger)
 			if err != nil {
 				return fmt.Errorf("%w: %w", errConfig, err)
 			}
-			m := &Main{Config: inv.cfg, Logger: inv.logger, CrashHook: hook}
+			m := &Main{Config: inv.cfg, Logger: inv.logger, CrashHook: hook, WrapPSP: wrap}
 			if err := m.Run(ctx); err != nil {
 				// One JSON line, like every line a serving process writes.
 				inv.logger.Error("api stopped", "error", err.Error())

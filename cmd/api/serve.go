@@ -40,6 +40,9 @@ type Main struct {
 	Logger *slog.Logger
 	// CrashHook is passed to the state machine (tests only).
 	CrashHook func(ctx context.Context, at charges.CrashPoint) error
+	// WrapPSP, if set, wraps the PSP the service uses (the chaos build's
+	// deliberate defects, package harness/faults).
+	WrapPSP func(charges.Authorizer) (charges.Authorizer, error)
 	// Authorizer, if set, replaces the PSP client (tests only).
 	Authorizer charges.Authorizer
 	// Telemetry, if set, replaces the providers built from OTEL_* (tests
@@ -103,6 +106,11 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		if authorizer, err = routing.NewTraced(m.Config.routes(mockURL), tel, m.Logger); err != nil {
 			return fmt.Errorf("psp: %w", err)
+		}
+	}
+	if m.WrapPSP != nil {
+		if authorizer, err = m.WrapPSP(authorizer); err != nil {
+			return err
 		}
 	}
 

@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/phasepay/phasepay/harness/chargestest"
+	"github.com/phasepay/phasepay/harness/pgcluster"
 	"github.com/phasepay/phasepay/internal/charges"
-	"github.com/phasepay/phasepay/internal/charges/chargestest"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/pgcluster"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/migrations"
 )

@@ -85,6 +85,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return 2
 	}
 	m := &Main{Config: cfg, Logger: telemetry.NewLogger(stderr)}
+	if m.WrapPSP, err = chaosDefect(getenv); err != nil {
+		fmt.Fprintf(stderr, "reaper: %v\n", err)
+		return 2
+	}
 	if err := m.Run(ctx); err != nil {
 		m.Logger.Error("reaper stopped", "error", err.Error())
 		return 1
@@ -170,6 +174,9 @@ type Main struct {
 	Logger *slog.Logger
 	// Authorizer, if set, replaces the PSP client (tests only).
 	Authorizer charges.Authorizer
+	// WrapPSP, if set, wraps the PSP the service uses (the chaos build's
+	// deliberate defects, package harness/faults).
+	WrapPSP func(charges.Authorizer) (charges.Authorizer, error)
 
 	mu          sync.Mutex
 	metricsAddr string
@@ -210,6 +217,11 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		if authorizer, err = routing.NewTraced(routes, tel, m.Logger); err != nil {
 			return fmt.Errorf("psp: %w", err)
+		}
+	}
+	if m.WrapPSP != nil {
+		if authorizer, err = m.WrapPSP(authorizer); err != nil {
+			return err
 		}
 	}
 

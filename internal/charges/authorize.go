@@ -118,14 +118,10 @@ func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Ru
 				return out, err
 			}
 		}
-		key := cur.Key
-		if defectNoLookup {
-			key = PSPKey(c.ID) // the deliberately broken build: fresh on every call
-		}
 		out, err := a.AuthorizeOutcome(ctx, psp.AuthorizeRequest{
-			IdempotencyKey: key,
+			IdempotencyKey: cur.Key,
 			PSP:            cur.PSP,
-			FirstSend:      run.Fresh || defectNoLookup,
+			FirstSend:      run.Fresh,
 			Amount:         c.Amount,
 			Currency:       c.Currency,
 			PaymentMethod:  c.PaymentMethod,
@@ -133,10 +129,6 @@ func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Ru
 		})
 		if out.PSP == "" {
 			out.PSP = cur.PSP
-		}
-		if defectFailoverOnUnknown && out.Class == psp.ClassUnknown {
-			// The deliberately broken build: an unknown outcome as a refusal.
-			return psp.Outcome{Class: psp.ClassFinalFailure, Reason: "defect: unknown taken for a refusal", PSP: cur.PSP}, nil
 		}
 		if err != nil {
 			return out, fmt.Errorf("authorize %s at %s: %w", c.ID, cur.PSP, err)

@@ -1,5 +1,3 @@
-//go:build !defect_fresh_psp_key
-
 package charges
 
 // PSPKey is the PSP idempotency key of a charge's authorization: derived
@@ -7,8 +5,3 @@ package charges
 // attempt, takeover and reaper pass. A repeat after a crash therefore gets
 // the PSP's first answer instead of a second authorization.
 func PSPKey(chargeID string) string { return chargeID + ":authorize" }
-
-// defectNoLookup is false: every resend is preceded by a lookup by
-// reference (see authorize). Only the deliberately broken build
-// (pspkey_defect.go) sets it.
-const defectNoLookup = false

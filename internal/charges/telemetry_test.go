@@ -12,9 +12,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/phasepay/phasepay/harness/chargestest"
+	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
-	"github.com/phasepay/phasepay/internal/charges/chargestest"
-	"github.com/phasepay/phasepay/internal/testdb"
 )
 
 type telemetryBundle struct {

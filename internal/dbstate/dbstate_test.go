@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/phasepay/phasepay/harness/pgcluster"
 	"github.com/phasepay/phasepay/internal/dbstate"
-	"github.com/phasepay/phasepay/internal/pgcluster"
 )
 
 // The errors a stopped, restarting or blocked server really produces are

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
-	"github.com/phasepay/phasepay/internal/testdb"
 )
 
 // BenchmarkReplay serves replays of one finished charge through the whole

@@ -12,42 +12,24 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/chaos"
-	"github.com/phasepay/phasepay/internal/testdb"
+	"github.com/phasepay/phasepay/harness/chaos"
+	"github.com/phasepay/phasepay/harness/faults"
+	"github.com/phasepay/phasepay/harness/testdb"
 )
 
-// binaries builds, once per test binary, the chaos build and the defective
-// one; concurrently, since each is three go builds.
-var binaries = sync.OnceValues(func() (map[string]string, error) {
+// binaries builds, once per test binary, the chaos build: the deliberate
+// defects are switched on in it by the environment (Config.Defect).
+var binaries = sync.OnceValues(func() (string, error) {
 	built.Store(true)
 	root, err := filepath.Abs("../..")
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	base, err := os.MkdirTemp("", "phasepay-chaos-test-")
+	dir, err := os.MkdirTemp("", "phasepay-chaos-test-")
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	dirs := map[string]string{"chaos": filepath.Join(base, "chaos"), "defect": filepath.Join(base, "defect")}
-	var (
-		wg   sync.WaitGroup
-		errs = make(chan error, 2)
-	)
-	for name, dir := range dirs {
-		var tags []string
-		if name == "defect" {
-			tags = []string{"defect_fresh_psp_key"}
-		}
-		wg.Go(func() { errs <- chaos.Build(context.Background(), root, dir, tags...) })
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return dirs, nil
+	return dir, chaos.Build(context.Background(), root, dir)
 })
 
 // built says binaries ran, so TestMain does not build only to clean up
@@ -59,8 +41,8 @@ func TestMain(m *testing.M) {
 	if !built.Load() {
 		os.Exit(code)
 	}
-	if dirs, err := binaries(); err == nil {
-		os.RemoveAll(filepath.Dir(dirs["chaos"]))
+	if dir, err := binaries(); err == nil {
+		os.RemoveAll(dir)
 	}
 	os.Exit(code)
 }
@@ -77,7 +59,7 @@ func TestMain(m *testing.M) {
 // webhook sink with faults of its own must receive every event.
 func TestChaosShortRun(t *testing.T) {
 	t.Parallel()
-	dirs, err := binaries()
+	dir, err := binaries()
 	require.NoError(t, err)
 	sum, err := chaos.Run(context.Background(), chaos.Config{
 		Seed:             7,
@@ -93,7 +75,7 @@ func TestChaosShortRun(t *testing.T) {
 		OutageGap:        3 * time.Second,
 		LongOutage:       6 * time.Second,
 		GiveUpAfter:      4 * time.Second,
-		BinDir:           dirs["chaos"],
+		BinDir:           dir,
 	})
 	require.NoError(t, err)
 	t.Logf("\n%s\n%s", sum.Table(), sum.Line())
@@ -130,14 +112,15 @@ func TestChaosShortRun(t *testing.T) {
 // whose worker crashed after the PSP answered, and the harness says so.
 func TestHarnessCatchesFreshPSPKeyDefect(t *testing.T) {
 	t.Parallel()
-	dirs, err := binaries()
+	dir, err := binaries()
 	require.NoError(t, err)
 	sum, err := chaos.Run(context.Background(), chaos.Config{
 		Seed:             11,
 		Intents:          80,
 		Concurrency:      8,
 		CrashProbability: 0.1,
-		BinDir:           dirs["defect"],
+		BinDir:           dir,
+		Defect:           faults.DefectFreshPSPKey,
 		AdminURL:         testdb.Admin(t),
 	})
 	require.NoError(t, err)

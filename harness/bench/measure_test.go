@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/psp"
-	"github.com/phasepay/phasepay/internal/testdb"
 )
 
 // countedConn is a connection to a new test database through a wire

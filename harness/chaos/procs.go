@@ -15,10 +15,10 @@ import (
 )
 
 // Build compiles api, reaper and mockpsp into dir with the chaos tag (which
-// enables PHASEPAY_CHAOS_CRASH) plus any extra tags (a deliberate defect).
-// moduleDir is the repository root.
-func Build(ctx context.Context, moduleDir, dir string, extraTags ...string) error {
-	tags := strings.Join(append([]string{"chaos"}, extraTags...), ",")
+// enables PHASEPAY_CHAOS_CRASH and PHASEPAY_CHAOS_DEFECT, package
+// harness/faults). moduleDir is the repository root.
+func Build(ctx context.Context, moduleDir, dir string) error {
+	const tags = "chaos"
 	for _, name := range []string{"api", "reaper", "mockpsp"} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-tags", tags, "-o", filepath.Join(dir, name), "./cmd/"+name)
 		cmd.Dir = moduleDir

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/phasepay/phasepay/internal/pgcluster"
+	"github.com/phasepay/phasepay/harness/pgcluster"
 )
 
 // stack is what a run drives and breaks: a fresh database (on a cluster of
@@ -172,6 +172,9 @@ func (s *stack) startWorkers(ctx context.Context) error {
 	s.common = map[string]string{"PSP_URL": s.pspURL, "LEASE": cfg.Lease.String(), "WEBHOOK_ALLOW_PRIVATE": "1",
 		"RETRY_BASE": cfg.RetryBase.String(), "RETRY_MAX": cfg.RetryMax.String(), "GIVE_UP_AFTER": cfg.GiveUpAfter.String()}
 	s.psps.wire(s.common)
+	if cfg.Defect != "" {
+		s.common["PHASEPAY_CHAOS_DEFECT"] = cfg.Defect
+	}
 	crash := fmt.Sprintf("after_claim=%[1]v,after_charge_created=%[1]v,after_psp_call=%[1]v,after_psp_authorized=%[1]v,"+
 		"after_capture_started=%[1]v,after_psp_captured=%[1]v,after_void_started=%[1]v,after_psp_voided=%[1]v,"+
 		"after_refund_created=%[1]v,after_psp_refunded=%[1]v", cfg.CrashProbability)

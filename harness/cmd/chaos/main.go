@@ -1,4 +1,4 @@
-// Command chaos runs phasepay's chaos harness (internal/chaos): workers
+// Command chaos runs phasepay's chaos harness (harness/chaos): workers
 // killed and frozen mid-phase under PSP faults (503s, lost answers, final
 // failures, failed lookups, a PSP that forgets keys after 2s, outages
 // longer than that and one longer than GIVE_UP_AFTER), and PostgreSQL (a
@@ -30,7 +30,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/phasepay/phasepay/internal/chaos"
+	"github.com/phasepay/phasepay/harness/chaos"
+	"github.com/phasepay/phasepay/harness/faults"
 )
 
 func main() {
@@ -77,7 +78,7 @@ func run(args []string, stdout io.Writer) int {
 	admin := fs.String("admin-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL to create the run's database on (with -db-restarts 0)")
 	jsonPath := fs.String("json", "", "write the summary as JSON to this file")
 	binDir := fs.String("bin", "", "directory with api, reaper and mockpsp built with -tags chaos (default: build them)")
-	tags := fs.String("tags", "", "extra build tags (e.g. defect_fresh_psp_key, to see the harness fail)")
+	fs.StringVar(&cfg.Defect, "defect", "", "run the workers with a deliberate defect, to see the harness fail: "+faults.DefectFreshPSPKey+" or "+faults.DefectFailoverOnUnknown)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: chaos [flags]\n\nDrives charge intents through api workers and reapers that are killed, frozen\nand cut off from a restarting PostgreSQL, then checks every intent for\nexactly-once and every request for an end. Exit status: 0 no violation, 1 a violation or an error, 2 usage.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -113,12 +114,8 @@ func run(args []string, stdout io.Writer) int {
 			fmt.Fprintln(os.Stderr, "chaos:", err)
 			return 1
 		}
-		var extra []string
-		if *tags != "" {
-			extra = strings.Split(*tags, ",")
-		}
-		fmt.Fprintln(os.Stderr, "building api, reaper, mockpsp with -tags chaos", *tags)
-		if err := chaos.Build(ctx, root, dir, extra...); err != nil {
+		fmt.Fprintln(os.Stderr, "building api, reaper, mockpsp with -tags chaos")
+		if err := chaos.Build(ctx, root, dir); err != nil {
 			fmt.Fprintln(os.Stderr, "chaos:", err)
 			return 1
 		}

@@ -84,13 +84,17 @@ type Config struct {
 	CrashProbability float64
 	// BinDir holds api, reaper and mockpsp built by Build.
 	BinDir string
+	// Defect, if set, runs the api workers and reapers with a deliberate
+	// defect (harness/faults: DefectFreshPSPKey, DefectFailoverOnUnknown),
+	// to show that the harness catches what it breaks.
+	Defect string
 	// AdminURL is a PostgreSQL connection string on which the run creates
 	// (and afterwards drops) a fresh database. Unused when DBRestarts > 0.
 	AdminURL string
 	// DBRestarts is how many times PostgreSQL is stopped immediately (as a
 	// crash would) and started again during the load. 0: none, and the run
 	// uses a database on AdminURL. Otherwise the run creates a throw-away
-	// cluster of its own (internal/pgcluster, binaries in PGBinDir) and
+	// cluster of its own (harness/pgcluster, binaries in PGBinDir) and
 	// removes it at the end: a server other processes use is never
 	// restarted.
 	DBRestarts int

@@ -1,5 +1,5 @@
 // Command bench is `make bench`: phasepay against PostgreSQL's own limits
-// on this machine (internal/bench). It prints a Markdown table and writes
+// on this machine (harness/bench). It prints a Markdown table and writes
 // the results as JSON to bench/results/.
 //
 // `bench bare` serves the bare baselines (bench.ServeBare): the benchmark
@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/phasepay/phasepay/internal/bench"
+	"github.com/phasepay/phasepay/harness/bench"
 )
 
 func main() {
@@ -33,7 +33,7 @@ const usage = `Usage: bench [flags]
 ` + "`make bench`" + `: phasepay against PostgreSQL's own limits on this machine. Prints
 a Markdown table and writes the results as JSON.
 
-bench bare serves the bare baselines (internal/bench/bare.go) on BARE_ADDR,
+bench bare serves the bare baselines (harness/bench/bare.go) on BARE_ADDR,
 with DATABASE_URL and PSP_URL, until SIGTERM. The benchmark starts it itself,
 from its own executable, so that the baselines are a process of their own, as
 the api is; run by hand, it is for profiling them.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/phasepay/phasepay/internal/pgcluster"
+	"github.com/phasepay/phasepay/harness/pgcluster"
 )
 
 // dbChaos takes the database away from the running api and reaper

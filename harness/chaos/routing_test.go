@@ -2,17 +2,15 @@ package chaos_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/chaos"
-	"github.com/phasepay/phasepay/internal/testdb"
+	"github.com/phasepay/phasepay/harness/chaos"
+	"github.com/phasepay/phasepay/harness/faults"
+	"github.com/phasepay/phasepay/harness/testdb"
 )
 
 // A short seeded run across three mock PSPs: each in turn down, refusing
@@ -23,7 +21,7 @@ import (
 // the breakers must have been exercised.
 func TestChaosRoutingShortRun(t *testing.T) {
 	t.Parallel()
-	dirs, err := binaries()
+	dir, err := binaries()
 	require.NoError(t, err)
 	sum, err := chaos.Run(context.Background(), chaos.Config{
 		Seed:             5,
@@ -34,7 +32,7 @@ func TestChaosRoutingShortRun(t *testing.T) {
 		KeyTTL:           time.Second,
 		GiveUpAfter:      20 * time.Second,
 		PSPs:             3,
-		BinDir:           dirs["chaos"],
+		BinDir:           dir,
 		AdminURL:         testdb.Admin(t),
 	})
 	require.NoError(t, err)
@@ -50,28 +48,13 @@ func TestChaosRoutingShortRun(t *testing.T) {
 	require.Positive(t, sum.Kills+sum.Pauses)
 }
 
-// defectiveRouting builds, once, the binaries whose charges fail over on
-// an unknown outcome (tag defect_failover_on_unknown).
-var defectiveRouting = sync.OnceValues(func() (string, error) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp("", "phasepay-chaos-failover-defect-")
-	if err != nil {
-		return "", err
-	}
-	return dir, chaos.Build(context.Background(), root, dir, "defect_failover_on_unknown")
-})
-
 // Proof that the routing checks can fail: a build that takes an unknown
 // outcome for a refusal moves charges whose answer was lost (and whose
 // lookup failed) to the next PSP, which authorizes them again; the harness
 // must find charges authorized at two PSPs.
 func TestChaosRoutingCatchesFailoverOnUnknown(t *testing.T) {
 	t.Parallel()
-	dir, err := defectiveRouting()
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir, err := binaries()
 	require.NoError(t, err)
 	sum, err := chaos.Run(context.Background(), chaos.Config{
 		Seed:             13,
@@ -82,6 +65,7 @@ func TestChaosRoutingCatchesFailoverOnUnknown(t *testing.T) {
 		LookupErrorRate:  0.6,
 		PSPs:             3,
 		BinDir:           dir,
+		Defect:           faults.DefectFailoverOnUnknown,
 		AdminURL:         testdb.Admin(t),
 	})
 	require.NoError(t, err)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/testdb"
+	"github.com/phasepay/phasepay/harness/testdb"
 )
 
 // The database's CPU of a load is that of the server processes that did

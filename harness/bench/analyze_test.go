@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/testdb"
+	"github.com/phasepay/phasepay/harness/testdb"
 )
 
 // A generic plan made while charges is empty and never analyzed looks a

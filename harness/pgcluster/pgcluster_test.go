@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/pgcluster"
+	"github.com/phasepay/phasepay/harness/pgcluster"
 )
 
 // A committed row survives an immediate stop, and the same URL works again
