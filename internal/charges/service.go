@@ -144,7 +144,7 @@ func (s *Service) GetRefund(ctx context.Context, tenantID int64, id string) (*Re
 
 // Resume drives a key this worker has just taken over (a client's retry, or
 // the reaper) from its recovery point to done, through whichever of the
-// service's operations its request path names.
+// service's operations its claim named.
 func (s *Service) Resume(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error) {
 	return s.engine.Resume(ctx, lease)
 }
