@@ -14,6 +14,7 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
@@ -260,7 +261,7 @@ func resolvingService(ctx context.Context, inv *invocation, pool *pgxpool.Pool, 
 	if err != nil {
 		return nil, err
 	}
-	return charges.NewService(pool, store, client, charges.Config{Logger: inv.logger})
+	return charges.NewService(pool, store, client, phases.Config{Logger: inv.logger})
 }
 
 // requestJSON is one line of `requests list --json`.
