@@ -236,7 +236,7 @@ func TestGiveUpMovesToNeedsAttentionAndOperatorResolves(t *testing.T) {
 	code, _, errOut = b.cli(t, pspURL, "requests", "resolve", "acme", key, "--as", "succeeded", "--reason", "customer says paid")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "contradicts")
-	require.Equal(t, 1, len(strings.Split(strings.TrimSpace(errOut), "\n")), "one line: %q", errOut)
+	require.Len(t, strings.Split(strings.TrimSpace(errOut), "\n"), 1, "one line: %q", errOut)
 	_, doc = b.getKey(t, key)
 	require.Equal(t, "needs_attention", doc.State, "a refused resolution changes nothing")
 

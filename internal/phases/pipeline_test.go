@@ -2,7 +2,6 @@ package phases
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -93,5 +92,5 @@ func TestPipelinedTransactionAbortsAfterAnError(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenants WHERE name = 'aborted'`).Scan(&n))
 	require.Zero(t, n)
-	require.False(t, errors.Is(err, pgx.ErrTxClosed))
+	require.NotErrorIs(t, err, pgx.ErrTxClosed)
 }
