@@ -64,7 +64,7 @@ chaos: pg
 	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 2000 -db-restarts $(CHAOS_DB_RESTARTS) -json bench/results/chaos.json
 	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 1000 -psps 3 -db-restarts 1 -json bench/results/chaos-routing.json
 
-## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/
+## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/ and draws the plots of docs/benchmarks.md (docs/benchmarks/*.svg)
 bench: build pg
 	$(GO) run ./harness/cmd/bench
 
