@@ -28,7 +28,7 @@ const requestsTimeout = 30 * time.Second
 
 var requestsCommand = &command{
 	name:    "requests",
-	summary: "the operator's view of unfinished requests: list, show, retry, resolve",
+	summary: "the operator's view of requests: list, show, retry, resolve",
 	sub:     []*command{requestsListCommand, requestsShowCommand, requestsRetryCommand, requestsResolveCommand},
 }
 
