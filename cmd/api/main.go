@@ -249,7 +249,8 @@ func writeUsage(w io.Writer, path string, cmd *command, fs *flag.FlagSet, full b
 const configHelp = `
 Configuration is by environment variable: DATABASE_URL (PostgreSQL),
 API_ADDR (listen address), PSP_URL (the PSP, or "embedded" for an in-process
-mock) or PSPS and PSP_ROUTING (several PSPs), LEASE and the others listed in the README's Configuration section.
+mock) or PSPS and PSP_ROUTING (several PSPs), LEASE and the others listed in
+docs/operations.md ("Every variable").
 Logs are JSON lines on stderr.
 `
 
