@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/user"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,7 +35,7 @@ var requestsCommand = &command{
 
 var requestsListCommand = &command{
 	name:    "list",
-	args:    "[--tenant T] [--state in_progress|unfinished|needs_attention|completed] [--older-than DURATION] [--json]",
+	args:    "[--tenant T] [--state " + stateNames("|") + "] [--older-than DURATION] [--json]",
 	summary: "list requests in every state, oldest first (or in one state with --state)",
 	help: `One line per key: tenant, key, endpoint, state, recovery point, attempts,
 next attempt, last error. --json prints one JSON object per line with tenant,
@@ -45,7 +46,7 @@ attempt), needs_attention (waiting for an operator), completed (its answer
 stored); done is accepted for completed.`,
 	flags: func(fs *flag.FlagSet) action {
 		tenant := fs.String("tenant", "", "only this tenant's requests")
-		state := fs.String("state", "", "only requests in this state: in_progress, unfinished, needs_attention or completed")
+		state := fs.String("state", "", "only requests in this state: "+stateNames(", "))
 		olderThan := fs.Duration("older-than", 0, "only requests claimed longer ago than this (e.g. 1h)")
 		asJSON := fs.Bool("json", false, "one JSON object per line")
 		return func(ctx context.Context, inv *invocation) error {
@@ -248,6 +249,16 @@ func resolvingService(ctx context.Context, inv *invocation, pool *pgxpool.Pool, 
 		return nil, err
 	}
 	return charges.NewService(pool, store, client, charges.Config{Logger: inv.logger})
+}
+
+// stateNames lists the request states, as every interface names them
+// (idempotency.RequestStates), joined by sep.
+func stateNames(sep string) string {
+	var names []string
+	for _, st := range idempotency.RequestStates() {
+		names = append(names, string(st))
+	}
+	return strings.Join(names, sep)
 }
 
 // defaultOperator names the operator of a resolution given no --by: $USER,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
@@ -330,6 +331,14 @@ func TestRequestStatesAreOneVocabulary(t *testing.T) {
 			require.Empty(t, out)
 		}
 	}
+	// requests list -h explains the states in their order.
+	at := -1
+	for _, st := range idempotency.RequestStates() {
+		i := strings.Index(requestsListCommand.help, string(st)+" (")
+		require.Greater(t, i, at, "requests list -h explains %s, after the states before it", st)
+		at = i
+	}
+
 	status, _, body := b.do(t, http.MethodGet, "/v1/idempotency_keys?state=started", nil, nil)
 	require.Equal(t, http.StatusBadRequest, status, "the stored state is not a filter: %s", body)
 	code, _, errOut := b.cli(t, "embedded", "requests", "list", "--state", "started")
