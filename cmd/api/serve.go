@@ -53,13 +53,15 @@ type Main struct {
 	// limits (httpapi.ServerConfig). Tests shorten them.
 	Server httpapi.ServerConfig
 
-	mu          sync.Mutex
-	addr        string
-	metricsAddr string
-	mockPSP     *psp.Mock
-	mockPSPURL  string
-	ready       chan struct{}
-	auth        *tenants.Authenticator
+	// metrics serves /metrics on METRICS_ADDR, when set.
+	metrics httpapi.MetricsListener
+
+	mu         sync.Mutex
+	addr       string
+	mockPSP    *psp.Mock
+	mockPSPURL string
+	ready      chan struct{}
+	auth       *tenants.Authenticator
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
@@ -144,7 +146,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	if m.Config.MetricsAddr != "" {
-		stopMetrics, err := m.serveMetrics(tel.MetricsHandler)
+		stopMetrics, err := m.metrics.Serve(m.Config.MetricsAddr, tel.MetricsHandler, m.Logger)
 		if err != nil {
 			return err
 		}
