@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -74,6 +75,9 @@ func problemFor(err error) problem.Problem {
 		return p
 	case errors.Is(err, webhooks.ErrInvalid):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
+	case errors.Is(err, webhooks.ErrLimitReached):
+		return problem.New(http.StatusBadRequest, problem.EndpointLimitReached, fmt.Sprintf(
+			"This account has %d webhook endpoints, the most it may have. Delete one to create another.", webhooks.MaxEndpoints))
 	case errors.Is(err, idempotency.ErrBodyInvalid):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
 	case errors.Is(err, errContentType):

@@ -24,6 +24,7 @@ import (
 	"github.com/phasepay/phasepay/internal/problem"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
 // MaxBodyBytes is the largest request body accepted (413 beyond).
@@ -63,6 +64,9 @@ type Config struct {
 	// endpoint URLs on loopback, private and link-local addresses.
 	// Development only (chargectl listen).
 	WebhookAllowPrivate bool
+	// WebhookGuard, if set, replaces the guard built from
+	// WebhookAllowPrivate (tests: a resolver of their own).
+	WebhookGuard *webhooks.Guard
 }
 
 // NewHandler returns the service's http.Handler.
@@ -82,6 +86,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	if cfg.AuthCacheTTL == 0 {
 		cfg.AuthCacheTTL = 30 * time.Second
+	}
+	if cfg.WebhookGuard == nil {
+		cfg.WebhookGuard = webhooks.NewGuard(cfg.WebhookAllowPrivate)
 	}
 	// The webhook endpoints' optional Idempotency-Key: claim and finish in
 	// one transaction, so the lease and schedule never come into play.
