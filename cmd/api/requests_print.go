@@ -16,6 +16,7 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
 // What `api requests list` and `api requests show` print: for a person,
@@ -45,7 +46,8 @@ func newRequestJSON(v idempotency.View, tenant string) requestJSON {
 		r.NextAttemptAt = &s
 	}
 	if v.LastError != "" {
-		r.LastError = &v.LastError
+		lastErr := string(webhooks.RedactSecrets([]byte(v.LastError)))
+		r.LastError = &lastErr
 	}
 	return r
 }
@@ -115,10 +117,14 @@ func showRequest(ctx context.Context, pool *pgxpool.Pool, t tenants.Tenant, key 
 		return nil, err
 	}
 	if rec.Response != nil {
-		if json.Valid(rec.Response.Body) {
-			shown.Response = rec.Response.Body
+		// A webhook endpoint's signing secret is never shown: stored
+		// answers hold webhooks.RedactedSecret, and one stored before
+		// they did is redacted here.
+		body := webhooks.RedactSecrets(rec.Response.Body)
+		if json.Valid(body) {
+			shown.Response = body
 		} else {
-			raw, _ := json.Marshal(string(rec.Response.Body))
+			raw, _ := json.Marshal(string(body))
 			shown.Response = raw
 		}
 	}
