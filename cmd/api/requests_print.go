@@ -32,7 +32,10 @@ type requestJSON struct {
 	Attempts      int     `json:"attempts"`
 	NextAttemptAt *string `json:"next_attempt_at"`
 	LastError     *string `json:"last_error"`
-	CreatedAt     string  `json:"created_at"`
+	// LastErrorDetail is the raw cause last_error summarises for the
+	// tenant: operators only (it may name internal addresses).
+	LastErrorDetail *string `json:"last_error_detail"`
+	CreatedAt       string  `json:"created_at"`
 }
 
 func newRequestJSON(v idempotency.View, tenant string) requestJSON {
@@ -46,6 +49,9 @@ func newRequestJSON(v idempotency.View, tenant string) requestJSON {
 	}
 	if v.LastError != "" {
 		r.LastError = &v.LastError
+	}
+	if v.LastErrorDetail != "" {
+		r.LastErrorDetail = &v.LastErrorDetail
 	}
 	return r
 }
@@ -171,6 +177,7 @@ func (s *shownRequest) print(w io.Writer) error {
 	line("attempts", strconv.Itoa(s.Attempts))
 	line("next attempt", orDash(s.NextAttemptAt))
 	line("last error", orDash(s.LastError))
+	line("error detail", orDash(s.LastErrorDetail))
 	line("created", s.CreatedAt)
 	line("completed", orDash(s.CompletedAt))
 	line("stored answer", status)
