@@ -86,6 +86,12 @@ func problemFor(err error) problem.Problem {
 			"A request with this Idempotency-Key is in progress. Retry after a pause.")
 		p.RetryAfter = retryInProgress
 		return p
+	case errors.Is(err, idempotency.ErrUnresolved):
+		// Before the database's case: a request given up after the PSP
+		// was unreachable wraps that dial error, which dbstate.Unavailable
+		// cannot tell from the database's own.
+		return problem.New(http.StatusServiceUnavailable, problem.PaymentUnresolved,
+			"This request could not be completed automatically and is waiting for an operator. Retrying will not help until it is resolved.")
 	case dbstate.Unavailable(err) && !errors.Is(err, charges.ErrPSPUnavailable):
 		// Unreachable, restarting, or past statement_timeout or
 		// lock_timeout: the same request will work once it is back, and a
@@ -114,9 +120,6 @@ func problemFor(err error) problem.Problem {
 			p.RetryAfter = ra.RetryAfterSeconds()
 		}
 		return p
-	case errors.Is(err, idempotency.ErrUnresolved):
-		return problem.New(http.StatusServiceUnavailable, problem.PaymentUnresolved,
-			"This request could not be completed automatically and is waiting for an operator. Retrying will not help until it is resolved.")
 	case errors.Is(err, errListParams):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
 	case errors.Is(err, charges.ErrNotFound), errors.Is(err, charges.ErrRefundNotFound),
