@@ -20,7 +20,8 @@ import (
 var (
 	errRouteNotFound    = errors.New("no such route")
 	errMethodNotAllowed = errors.New("method not allowed")
-	errContentType      = errors.New("Content-Type must be application/json")
+	errContentType      = errors.New("Content-Type must be application/json, with no charset or charset=utf-8")
+	errBodyUnreadable   = errors.New("the request body could not be read")
 )
 
 // Retry-After values, in seconds. A request in progress usually finishes
@@ -76,6 +77,8 @@ func problemFor(err error) problem.Problem {
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
 	case errors.Is(err, idempotency.ErrBodyInvalid):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
+	case errors.Is(err, errBodyUnreadable):
+		return problem.New(http.StatusBadRequest, problem.InvalidRequest, "The request body could not be read (e.g. malformed chunked encoding).")
 	case errors.Is(err, errContentType):
 		return problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType, err.Error())
 	case errors.Is(err, idempotency.ErrMismatch):
