@@ -37,7 +37,7 @@ pg-test:
 run: build pg
 	@scripts/run-dev
 
-## test: every test against a real PostgreSQL, with -race, plus vet, lint and a short fuzz of the parsers
+## test: every test against a real PostgreSQL, with -race, plus vet, lint and a short fuzz of the parsers and of every route's parameters
 test: pg-test vet lint
 	$(GO) test -race -count=1 -timeout 9m ./... $(CLIENT)
 	$(MAKE) --no-print-directory fuzz
@@ -56,6 +56,7 @@ fuzz:
 	$(FUZZ) -fuzz '^FuzzFingerprint$$' ./internal/idempotency
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/jsonbody
 	$(FUZZ) -fuzz '^FuzzEqualFingerprintsParseToEqualParams$$' ./internal/charges
+	$(FUZZ) -fuzz '^FuzzRouteParams$$' ./internal/httpapi
 
 ## chaos: the long chaos run: 2,000 intents living whole payment lives (capture, refunds, void) and a webhook sink with its own faults, workers killed and frozen under PSP faults (final failures, lost answers after a 2s key TTL, failed lookups, outages), PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432); then 1,000 intents routed between three mock PSPs, each in turn down, refusing or dropping answers
 CHAOS_SEED ?= 1

@@ -41,6 +41,7 @@ var requestsListCommand = &command{
 	help: `One line per key: tenant, key, endpoint, state, recovery point, attempts,
 next attempt, last error. --json prints one JSON object per line with tenant,
 key, endpoint, state, recovery_point, attempts, next_attempt_at, last_error
+(the tenant's words), last_error_detail (its raw cause, for operators only)
 and created_at. The states are the tenant view's (GET /v1/idempotency_keys):
 in_progress (a worker holds it now), unfinished (waiting for its next
 attempt), needs_attention (waiting for an operator), completed (its answer

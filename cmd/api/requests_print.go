@@ -33,7 +33,10 @@ type requestJSON struct {
 	Attempts      int     `json:"attempts"`
 	NextAttemptAt *string `json:"next_attempt_at"`
 	LastError     *string `json:"last_error"`
-	CreatedAt     string  `json:"created_at"`
+	// LastErrorDetail is the raw cause last_error summarises for the
+	// tenant: operators only (it may name internal addresses).
+	LastErrorDetail *string `json:"last_error_detail"`
+	CreatedAt       string  `json:"created_at"`
 }
 
 func newRequestJSON(v idempotency.View, tenant string) requestJSON {
@@ -48,6 +51,9 @@ func newRequestJSON(v idempotency.View, tenant string) requestJSON {
 	if v.LastError != "" {
 		lastErr := string(webhooks.RedactSecrets([]byte(v.LastError)))
 		r.LastError = &lastErr
+	}
+	if v.LastErrorDetail != "" {
+		r.LastErrorDetail = &v.LastErrorDetail
 	}
 	return r
 }
@@ -177,6 +183,7 @@ func (s *shownRequest) print(w io.Writer) error {
 	line("attempts", strconv.Itoa(s.Attempts))
 	line("next attempt", orDash(s.NextAttemptAt))
 	line("last error", orDash(s.LastError))
+	line("error detail", orDash(s.LastErrorDetail))
 	line("created", s.CreatedAt)
 	line("completed", orDash(s.CompletedAt))
 	line("stored answer", status)

@@ -319,6 +319,8 @@ func (m *Main) startMockPSP() (*psp.MockServer, error) {
 	return ms, nil
 }
 
+// pspLabel names the configured PSPs for the start-up log line, their URLs
+// without credentials or query (psp.RedactURL).
 func pspLabel(c Config) string {
 	if c.PSPURL == PSPEmbedded {
 		return "embedded mock"
@@ -326,11 +328,11 @@ func pspLabel(c Config) string {
 	if c.PSPURL == "" && len(c.Routing.PSPs) > 0 {
 		var names []string
 		for _, p := range c.Routing.PSPs {
-			names = append(names, p.Name+"="+p.URL)
+			names = append(names, p.Name+"="+psp.RedactURL(p.URL))
 		}
 		return strings.Join(names, ",")
 	}
-	return c.PSPURL
+	return psp.RedactURL(c.PSPURL)
 }
 
 func migrate(ctx context.Context, cfg Config) error {

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -48,15 +47,11 @@ func newKeyJSON(v idempotency.View) keyJSON {
 
 // getKey serves GET /v1/idempotency_keys/{key}. A key may contain any
 // visible ASCII character, '/' included, so the route takes the rest of
-// the path and unescapes it.
+// the path, decoded exactly once by checkParams (a key that holds "%2F"
+// is sent as "%252F").
 func (s *server) getKey(w http.ResponseWriter, r *http.Request) {
 	tenant, _ := tenants.FromContext(r.Context())
-	key, err := url.PathUnescape(chi.URLParam(r, "*"))
-	if err != nil || key == "" {
-		s.writeError(w, r, errRouteNotFound)
-		return
-	}
-	v, err := idempotency.GetView(r.Context(), s.cfg.Pool, tenant.ID, key)
+	v, err := idempotency.GetView(r.Context(), s.cfg.Pool, tenant.ID, chi.URLParam(r, "*"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

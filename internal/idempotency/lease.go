@@ -51,6 +51,7 @@ UPDATE idempotency_keys
        locked_until = NULL,
        next_attempt_at = NULL,
        last_error = NULL,
+       last_error_detail = NULL,
        response_status = $5,
        response_content_type = $6,
        response_body = $7,

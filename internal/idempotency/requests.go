@@ -23,7 +23,11 @@ type View struct {
 	Point         RecoveryPoint
 	Attempts      int
 	NextAttemptAt *time.Time
-	LastError     string
+	// LastError is why the last attempt did not finish, in words a tenant
+	// may read; LastErrorDetail its raw cause, for operators only (never
+	// shown to a tenant: it may name internal addresses).
+	LastError       string
+	LastErrorDetail string
 	// ResponseStatus is the stored answer's status, once there is one.
 	ResponseStatus *int
 	ObjectID       string
@@ -35,13 +39,13 @@ type View struct {
 // computed here, by the database's clock, like every lease decision.
 const viewColumns = `tenant_id, key, request_method, request_path,
        ` + requestStateSQL + `,
-       recovery_point, attempts, next_attempt_at, coalesce(last_error, ''), response_status,
-       coalesce(object_id, ''), created_at, finished_at`
+       recovery_point, attempts, next_attempt_at, coalesce(last_error, ''), coalesce(last_error_detail, ''),
+       response_status, coalesce(object_id, ''), created_at, finished_at`
 
 func scanView(row pgx.Row) (View, error) {
 	var v View
 	err := row.Scan(&v.TenantID, &v.Key, &v.Method, &v.Path, &v.State, &v.Point, &v.Attempts, &v.NextAttemptAt,
-		&v.LastError, &v.ResponseStatus, &v.ObjectID, &v.CreatedAt, &v.CompletedAt)
+		&v.LastError, &v.LastErrorDetail, &v.ResponseStatus, &v.ObjectID, &v.CreatedAt, &v.CompletedAt)
 	return v, err
 }
 

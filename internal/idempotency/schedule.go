@@ -25,6 +25,10 @@ import (
 //     instead: no next attempt, until an operator acts. last_error stays as
 //     its reason.
 //
+// last_error ($5) is the cause's public words and last_error_detail ($10)
+// its raw text (reason.go), written together so that they always describe
+// the same attempt.
+//
 // Fenced like every write of a holder: a worker that lost its lease cannot
 // reschedule (or give up on) a key someone else now holds.
 const releaseSQL = `
@@ -32,6 +36,7 @@ UPDATE idempotency_keys
    SET locked_until = NULL,
        attempts = attempts + 1,
        last_error = left($5, 1000),
+       last_error_detail = left(nullif($10, ''), 4000),
        state = CASE WHEN created_at <= phasepay_now() - $9 * interval '1 microsecond'
                     THEN 'needs_attention' ELSE 'started' END,
        next_attempt_at = CASE WHEN created_at <= phasepay_now() - $9 * interval '1 microsecond' THEN NULL
@@ -72,17 +77,16 @@ type beginner interface {
 // Release ends the holder's attempt without finishing: the lease is given
 // up at the key's last recovery point and the next attempt is scheduled
 // (see releaseSQL), no sooner than notBefore from now (a PSP's Retry-After;
-// 0 for the schedule alone). cause is recorded as the key's last_error.
+// 0 for the schedule alone). cause is recorded as the key's last_error in
+// the words it carries (a PublicError in its chain), or generic ones, and
+// its text as last_error_detail, for operators only (reason.go).
 // It returns ErrLeaseLost if the lease was already lost, in which case
 // there is nothing to release. With a Config.NeedsAttention hook, the
 // release runs in a transaction of its own on q (a savepoint if q is one)
 // and the hook runs in it when the key is given up.
 func (l *Lease) Release(ctx context.Context, q DBTX, cause error, notBefore time.Duration) (Released, error) {
 	r := l.Record
-	msg := "released"
-	if cause != nil {
-		msg = cause.Error()
-	}
+	msg, detail := releaseReasons(cause)
 	var rel Released
 	release := func(q DBTX) error {
 		var (
@@ -92,7 +96,7 @@ func (l *Lease) Release(ctx context.Context, q DBTX, cause error, notBefore time
 		rel = Released{}
 		err := q.QueryRow(ctx, releaseSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, msg,
 			l.store.cfg.RetryBase.Microseconds(), l.store.cfg.RetryMax.Microseconds(), notBefore.Microseconds(),
-			l.store.cfg.GiveUpAfter.Microseconds()).Scan(&state, &next, &rel.RetryAfter)
+			l.store.cfg.GiveUpAfter.Microseconds(), detail).Scan(&state, &next, &rel.RetryAfter)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("release %q: %w", r.Key, ErrLeaseLost)
 		}
@@ -108,7 +112,7 @@ func (l *Lease) Release(ctx context.Context, q DBTX, cause error, notBefore time
 			given := r
 			given.State, given.Leased, given.NextAttemptAt, given.Due, given.RetryAfter = StateNeedsAttention, false, nil, false, 0
 			given.Attempts++
-			given.LastError = truncateRunes(msg, 1000)
+			given.LastError = truncateRunes(msg, maxReasonRunes)
 			if err := hook(ctx, q, given); err != nil {
 				return fmt.Errorf("release %q: needs attention: %w", r.Key, err)
 			}

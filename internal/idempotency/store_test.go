@@ -272,7 +272,7 @@ func TestReleasedKeyWaitsForItsScheduledAttempt(t *testing.T) {
 	then := testdb.Pool(t, b.url, t0)
 	rec, _, err := claim(ctx, then, b.store, b.tenant, "rel", b.req)
 	require.NoError(t, err)
-	rel, err := b.store.LeaseOf(rec).Release(ctx, then, fmt.Errorf("psp unavailable"), 0)
+	rel, err := b.store.LeaseOf(rec).Release(ctx, then, withWords("psp unavailable", "status 503"), 0)
 	require.NoError(t, err)
 	require.False(t, rel.NeedsAttention)
 	// The first retry is due RetryBase (1s) ±25% later.
@@ -347,7 +347,7 @@ func TestGiveUpMovesToNeedsAttention(t *testing.T) {
 	t0 := time.Now().UTC().Truncate(time.Second)
 	rec, _, err := claim(ctx, testdb.Pool(t, b.url, t0), store, b.tenant, "gu", b.req)
 	require.NoError(t, err)
-	rel, err := store.LeaseOf(rec).Release(ctx, testdb.Pool(t, b.url, t0.Add(time.Hour)), fmt.Errorf("psp down"), 0)
+	rel, err := store.LeaseOf(rec).Release(ctx, testdb.Pool(t, b.url, t0.Add(time.Hour)), withWords("psp down", "dial"), 0)
 	require.NoError(t, err)
 	require.True(t, rel.NeedsAttention)
 
