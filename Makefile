@@ -37,7 +37,7 @@ pg-test:
 run: build pg
 	@scripts/run-dev
 
-## test: every test against a real PostgreSQL, with -race, plus vet, lint and a short fuzz of the parsers
+## test: every test against a real PostgreSQL, with -race, plus vet, lint and a short fuzz of the parsers and of every route's parameters
 test: pg-test vet lint
 	$(GO) test -race -count=1 -timeout 9m ./... $(CLIENT)
 	$(MAKE) --no-print-directory fuzz
@@ -56,6 +56,7 @@ fuzz:
 	$(FUZZ) -fuzz '^FuzzFingerprint$$' ./internal/idempotency
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/jsonbody
 	$(FUZZ) -fuzz '^FuzzEqualFingerprintsParseToEqualParams$$' ./internal/charges
+	$(FUZZ) -fuzz '^FuzzRouteParams$$' ./internal/httpapi
 
 ## chaos: the long chaos run: 2,000 intents living whole payment lives (capture, refunds, void) and a webhook sink with its own faults, workers killed and frozen under PSP faults (final failures, lost answers after a 2s key TTL, failed lookups, outages), PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432); then 1,000 intents routed between three mock PSPs, each in turn down, refusing or dropping answers
 CHAOS_SEED ?= 1
@@ -64,7 +65,7 @@ chaos: pg
 	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 2000 -db-restarts $(CHAOS_DB_RESTARTS) -json bench/results/chaos.json
 	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 1000 -psps 3 -db-restarts 1 -json bench/results/chaos-routing.json
 
-## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/
+## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/ and draws the plots of docs/benchmarks.md (docs/benchmarks/*.svg)
 bench: build pg
 	$(GO) run ./harness/cmd/bench
 
@@ -77,9 +78,16 @@ vet:
 	$(GO) vet ./... $(CLIENT)
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
-## lint: staticcheck (pinned by the tool directive in go.mod); the client module on its own, at the Go its go.mod declares
+## lint: staticcheck and testifylint (pinned by the tool directives in go.mod); the client module on its own, at the Go its go.mod declares
+# testifylint runs its default checkers, go-require among them (no require
+# or t.FailNow off the test's goroutine: it would not stop the test), less
+# encoded-compare: the tests that compare JSON as strings mean byte for byte
+# (a stored answer, a canonical body), which JSONEq would not check.
+# go-require sees `go` statements and HTTP handlers, not wg.Go(func…);
+# harness/codecheck's TestNoFailNowOffTheTestGoroutine covers those.
 lint:
 	$(GO) tool staticcheck ./... $(CLIENT)
+	$(GO) tool testifylint -disable encoded-compare ./... $(CLIENT)
 	cd client && GOTOOLCHAIN=local GOFLAGS=-mod=readonly $(GO) vet ./... && GOTOOLCHAIN=local GOFLAGS=-mod=readonly $(GO) build ./...
 
 clean:

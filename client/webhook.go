@@ -29,6 +29,10 @@ var (
 	// ErrWebhookTimestamp: the signed timestamp is further from now than
 	// the tolerance: an old delivery replayed, or a clock far off.
 	ErrWebhookTimestamp = errors.New("phasepay: webhook timestamp outside the tolerance")
+	// ErrWebhookSecretMissing: VerifyWebhook was given an empty secret,
+	// which verifies nothing (anyone can compute an HMAC with an empty
+	// key): the receiver's configuration is missing its whsec_… value.
+	ErrWebhookSecretMissing = errors.New("phasepay: webhook secret is empty: configure the endpoint's whsec_… secret")
 )
 
 // Event is a phasepay event as a webhook delivers it. Receivers
@@ -60,8 +64,13 @@ type VerifyOptions struct {
 // being changed); secret the endpoint's whole whsec_… string. The HMAC is
 // compared in constant time, and a timestamp outside the tolerance is
 // refused even with a valid signature, so a recorded delivery cannot be
-// replayed later (within the tolerance, deduplicate by event id).
+// replayed later (within the tolerance, deduplicate by event id). An
+// empty secret is refused (ErrWebhookSecretMissing) before anything else,
+// so that a receiver whose secret variable is unset accepts no forgery.
 func VerifyWebhook(body []byte, header, secret string, opts *VerifyOptions) (Event, error) {
+	if strings.TrimSpace(secret) == "" {
+		return Event{}, ErrWebhookSecretMissing
+	}
 	var o VerifyOptions
 	if opts != nil {
 		o = *opts

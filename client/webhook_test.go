@@ -1,6 +1,9 @@
 package client_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
@@ -60,5 +63,20 @@ func TestVerifyWebhookRefusesTampering(t *testing.T) {
 	} {
 		_, err := client.VerifyWebhook([]byte(c.body), c.header, c.secret, at(1700000000))
 		require.ErrorIs(t, err, client.ErrWebhookSignature, name)
+	}
+}
+
+// A receiver whose secret variable is unset passes an empty secret: the
+// HMAC with an empty key is anyone's to compute, so a forgery signed with
+// it must not verify. Main accepted it.
+func TestVerifyWebhookRefusesAnEmptySecret(t *testing.T) {
+	t.Parallel()
+	const body = `{"id":"evt_forged","object":"event"}`
+	mac := hmac.New(sha256.New, nil)
+	mac.Write([]byte("1700000000." + body))
+	forged := "t=1700000000,v1=" + hex.EncodeToString(mac.Sum(nil))
+	for _, secret := range []string{"", " ", "\n"} {
+		_, err := client.VerifyWebhook([]byte(body), forged, secret, at(1700000000))
+		require.ErrorIs(t, err, client.ErrWebhookSecretMissing, "%q", secret)
 	}
 }

@@ -5,61 +5,30 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/timeline"
 )
 
-// `requests show` without --json: the request in a few lines, then its
-// timeline as a table of time, holder and what happened.
+// `requests show` without --json ends with the request's timeline as a
+// table of time, holder and what happened.
 
 // showTime is how the timeline's times print: UTC, to the microsecond (the
 // entries of one transaction share their time).
 const showTime = "2006-01-02 15:04:05.000000"
 
-func printShown(w io.Writer, s *shownRequest) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	line := func(label, format string, args ...any) {
-		fmt.Fprintf(tw, "  %s\t%s\n", label, fmt.Sprintf(format, args...))
-	}
-	fmt.Fprintf(tw, "%s %s: %s, %s\n", s.Tenant, s.Key, s.Endpoint, s.State)
-	line("recovery point", "%s, %d failed attempt(s)", s.RecoveryPoint, s.Attempts)
-	if s.ResponseStatus != nil {
-		line("stored answer", "%d (the body and the charge: --json)", *s.ResponseStatus)
-	}
-	line("object", "%s", orDash(s.ObjectID))
-	line("held by", "%s", orDash(s.Holder))
-	line("created", "%s", s.CreatedAt)
-	if s.CompletedAt != nil {
-		line("completed", "%s", *s.CompletedAt)
-	}
-	if s.NextAttemptAt != nil {
-		line("next attempt", "%s", *s.NextAttemptAt)
-	}
-	if s.LastError != nil {
-		line("last error", "%s", *s.LastError)
-	}
-	line("trace", "%s (its spans carry phasepay.key_hash=%s)", orDash(s.TraceID), s.KeyHash)
-	for _, r := range s.Resolutions {
-		forced := ""
-		if r.Forced {
-			forced = ", forced"
-		}
-		line("resolved", "as %s by %s at %s%s: %s", r.As, r.By, r.ResolvedAt.UTC().Format(time.RFC3339), forced, r.Reason)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+// printTimeline writes a request's timeline as a table: time, holder,
+// what happened.
+func printTimeline(w io.Writer, entries []timeline.Entry) error {
 	fmt.Fprintln(w)
-	if len(s.Timeline) == 0 {
+	if len(entries) == 0 {
 		_, err := fmt.Fprintln(w, "no timeline (recorded from migration 00022 on, and not with TIMELINE=off)")
 		return err
 	}
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME (UTC)\tHOLDER\tWHAT")
-	for _, e := range s.Timeline {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.At.UTC().Format(showTime), orDash(e.Holder), describe(e))
+	for _, e := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.At.UTC().Format(showTime), orDash(&e.Holder), describe(e))
 	}
 	return tw.Flush()
 }
@@ -100,7 +69,7 @@ func describe(e timeline.Entry) string {
 
 func describePSPCall(e timeline.Entry) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "PSP call: %s at %s", orDash(e.Operation), orDash(e.PSP))
+	fmt.Fprintf(&b, "PSP call: %s at %s", orDash(&e.Operation), orDash(&e.PSP))
 	if e.PSPKey != "" {
 		fmt.Fprintf(&b, ", key %s", e.PSPKey)
 	}
@@ -129,11 +98,4 @@ func deref[T int | int64](p *T) T {
 		return 0
 	}
 	return *p
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

@@ -30,7 +30,7 @@ func TestRequestsShowPrintsTheTimeline(t *testing.T) {
 	code, out, errOut := b.cli(t, "embedded", "requests", "show", "acme", key)
 	require.Zero(t, code, errOut)
 	for _, want := range []string{
-		"acme show-1: POST /v1/charges, done",
+		"state           completed",
 		"stored answer   201",
 		"TIME (UTC)", "HOLDER", "WHAT",
 		"claimed the key (lock_version 1)",

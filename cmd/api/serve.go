@@ -53,13 +53,15 @@ type Main struct {
 	// limits (httpapi.ServerConfig). Tests shorten them.
 	Server httpapi.ServerConfig
 
-	mu          sync.Mutex
-	addr        string
-	metricsAddr string
-	mockPSP     *psp.Mock
-	mockPSPURL  string
-	ready       chan struct{}
-	auth        *tenants.Authenticator
+	// metrics serves /metrics on METRICS_ADDR, when set.
+	metrics httpapi.MetricsListener
+
+	mu         sync.Mutex
+	addr       string
+	mockPSP    *psp.Mock
+	mockPSPURL string
+	ready      chan struct{}
+	auth       *tenants.Authenticator
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
@@ -144,7 +146,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	if m.Config.MetricsAddr != "" {
-		stopMetrics, err := m.serveMetrics(tel.MetricsHandler)
+		stopMetrics, err := m.metrics.Serve(m.Config.MetricsAddr, tel.MetricsHandler, m.Logger)
 		if err != nil {
 			return err
 		}
@@ -317,6 +319,8 @@ func (m *Main) startMockPSP() (*psp.MockServer, error) {
 	return ms, nil
 }
 
+// pspLabel names the configured PSPs for the start-up log line, their URLs
+// without credentials or query (psp.RedactURL).
 func pspLabel(c Config) string {
 	if c.PSPURL == PSPEmbedded {
 		return "embedded mock"
@@ -324,11 +328,11 @@ func pspLabel(c Config) string {
 	if c.PSPURL == "" && len(c.Routing.PSPs) > 0 {
 		var names []string
 		for _, p := range c.Routing.PSPs {
-			names = append(names, p.Name+"="+p.URL)
+			names = append(names, p.Name+"="+psp.RedactURL(p.URL))
 		}
 		return strings.Join(names, ",")
 	}
-	return c.PSPURL
+	return psp.RedactURL(c.PSPURL)
 }
 
 func migrate(ctx context.Context, cfg Config) error {

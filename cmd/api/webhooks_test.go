@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -136,4 +137,43 @@ func TestEventsAPI(t *testing.T) {
 	}
 	status, _, _ = b.do(t, http.MethodGet, "/v1/events/evt_unknown", nil, nil)
 	require.Equal(t, http.StatusNotFound, status)
+}
+
+// Operator views never print a webhook endpoint's signing secret:
+// `requests show` prints the stored answer of its creation with `whsec_…`,
+// also for an answer stored by an earlier version with the secret in it;
+// `requests list` neither. Main printed the secret.
+func TestOperatorViewsRedactWebhookSecrets(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(m *Main) { m.Config.WebhookAllowPrivate = true })
+	status, _, body := b.do(t, http.MethodPost, "/v1/webhook_endpoints", map[string]string{"Idempotency-Key": "we-op"},
+		[]byte(`{"url":"http://127.0.0.1:9/hooks?token=t0ken","events":["*"]}`))
+	require.Equal(t, http.StatusCreated, status, string(body))
+	var ep endpointObject
+	require.NoError(t, json.Unmarshal(body, &ep))
+	require.Regexp(t, `^whsec_[0-9a-f]{48}$`, ep.Secret)
+
+	shows := func() string {
+		var out strings.Builder
+		for _, args := range [][]string{{"requests", "show", "acme", "we-op"}, {"requests", "show", "acme", "we-op", "--json"},
+			{"requests", "list"}, {"requests", "list", "--json"}} {
+			code, stdout, stderr := b.cli(t, PSPEmbedded, args...)
+			require.Zero(t, code, stderr)
+			out.WriteString(stdout)
+		}
+		return out.String()
+	}
+	out := shows()
+	require.NotContains(t, out, ep.Secret)
+	require.Contains(t, out, `"secret": "whsec_…"`)
+
+	// An answer stored with the secret in it, as before this version.
+	tag, err := b.pool.Exec(context.Background(), `UPDATE idempotency_keys
+		SET response_body = convert_to(replace(convert_from(response_body, 'UTF8'), 'whsec_…', $1), 'UTF8')
+		WHERE key = 'we-op'`, ep.Secret)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+	out = shows()
+	require.NotContains(t, out, ep.Secret)
+	require.Contains(t, out, `"secret": "whsec_…"`)
 }

@@ -272,10 +272,10 @@ func (s *Summary) Line() string {
 	return fmt.Sprintf("chaos %s: seed %d, %d/%d intents ended (%d authorized, %d declined, %d failed, %d needs_attention), "+
 		"%d PSP authorizations, %d lookups, %d resends, sends per key max %d p99 %d, %d PSP outages, "+
 		"%d kills, %d pauses, %d database restarts, %d unplanned exits, %d replays checked, "+
-		"%d lives (%d captured, %d voided, %d refunds), %d webhook events (%d deliveries, latency p50 %s p99 %s, max backlog %d), %d violations, %s",
+		"%d lives (%d captured, %d voided, %d refunds), %d webhook events (%d deliveries, latency p50 %s p99 %s, first attempt p99 %s beside a hanging tenant, max backlog %d), %d violations, %s",
 		verdict, s.Seed, s.Authorized+s.Declined+s.Failed+s.NeedsAttention, s.Intents, s.Authorized, s.Declined, s.Failed, s.NeedsAttention,
 		s.Authorizations, s.Lookups, s.Resends, s.AttemptsMax, s.AttemptsP99, s.Outages,
 		s.Kills, s.Pauses, s.DBRestarts, s.UnplannedExits, s.Replays,
 		s.Lives.Lives, s.Lives.Captures, s.Lives.Voids, s.Lives.Refunds, s.Webhooks.Events, s.Webhooks.Deliveries,
-		s.Webhooks.LatencyP50, s.Webhooks.LatencyP99, s.Webhooks.MaxBacklog, len(s.Violations), s.Duration)
+		s.Webhooks.LatencyP50, s.Webhooks.LatencyP99, s.Webhooks.FirstAttemptP99, s.Webhooks.MaxBacklog, len(s.Violations), s.Duration)
 }

@@ -45,6 +45,7 @@ type dbChaos struct {
 
 	mu          sync.Mutex
 	down        time.Duration // total time the database was down
+	windows     []downWindow  // each restart, from the stop until every process recovered
 	maxRecovery time.Duration
 	violations  []string
 }
@@ -87,6 +88,7 @@ func (d *dbChaos) run(ctx context.Context, finished *atomic.Int64, clientsDone <
 		d.recovering.Store(false)
 		d.mu.Lock()
 		d.down += up.Sub(stopped)
+		d.windows = append(d.windows, downWindow{from: stopped, to: up.Add(rec)})
 		d.maxRecovery = max(d.maxRecovery, rec)
 		d.mu.Unlock()
 		if len(notRecovered) > 0 {
@@ -105,6 +107,14 @@ func (d *dbChaos) run(ctx context.Context, finished *atomic.Int64, clientsDone <
 		}
 	}
 	return nil
+}
+
+// downWindows returns the restarts so far, each from the stop until
+// every process recovered.
+func (d *dbChaos) downWindows() []downWindow {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.windows)
 }
 
 // awaitRecovery polls until every api is ready and every reaper connected,

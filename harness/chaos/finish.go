@@ -86,7 +86,8 @@ func (h *harness) verify(ctx context.Context) error {
 	violate := func(format string, args ...any) {
 		sum.Violations = append(sum.Violations, fmt.Sprintf(format, args...))
 	}
-	if err := verifyWebhooks(ctx, st.pool, h.sink, &sum.Webhooks, violate); err != nil {
+	h.stopFair()
+	if err := verifyWebhooks(ctx, st.pool, h.sink, h.hanging, h.db.downWindows(), &sum.Webhooks, violate); err != nil {
 		return err
 	}
 	sum.Lives.Attempts = h.ops.attempts.Load()

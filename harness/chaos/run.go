@@ -58,6 +58,12 @@ type harness struct {
 	backlog *backlogSampler
 	ops     *opDriver // the lives of the authorized intents (lives.go)
 
+	// hanging is the tenant whose endpoints all hang (webhookfair.go);
+	// it writes events, and the commit watcher reads the chaos tenant's,
+	// until stopFair.
+	hanging  *hangingTenant
+	stopFair context.CancelFunc
+
 	finished    atomic.Int64  // intents final, and their lives ended
 	clientsDone chan struct{} // closed when every intent and life has ended
 
@@ -98,6 +104,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	defer h.sink.close()
+	defer func() {
+		if h.stopFair != nil {
+			h.stopFair()
+		}
+	}()
 	if err := h.subscribe(ctx); err != nil {
 		return nil, err
 	}
@@ -192,7 +203,16 @@ func (h *harness) subscribe(ctx context.Context) error {
 	if h.sum.Webhooks.Endpoint, err = h.sink.register(ctx, h.transport, h.st.apiKey); err != nil {
 		return err
 	}
-	h.backlog = &backlogSampler{}
+	if err := h.st.pool.QueryRow(ctx, `SELECT id FROM tenants WHERE name = 'chaos'`).Scan(&h.sink.tenantID); err != nil {
+		return fmt.Errorf("chaos tenant: %w", err)
+	}
+	var fairCtx context.Context
+	fairCtx, h.stopFair = context.WithCancel(ctx)
+	if h.hanging, err = startHangingTenant(fairCtx, h.st, h.sink, h.transport); err != nil {
+		return err
+	}
+	go h.sink.watchCommits(fairCtx, h.st.pool, h.sink.tenantID)
+	h.backlog = &backlogSampler{tenantID: h.sink.tenantID}
 	go h.backlog.run(h.sampleCtx, h.st.pool)
 	h.ops = newOpDriver(h.transport, h.st.apiKey, h.cfg)
 	return nil

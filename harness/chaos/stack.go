@@ -215,13 +215,16 @@ func (s *stack) startWorkers(ctx context.Context) error {
 	return nil
 }
 
+// reaperInterval is every reaper's REAPER_INTERVAL.
+const reaperInterval = 200 * time.Millisecond
+
 // startReapers starts the reapers, each restarted whenever it dies.
 func (s *stack) startReapers() error {
 	s.reapers = make([]*process, s.cfg.Reapers)
 	s.reaperNames = make([]string, s.cfg.Reapers)
 	for i := range s.reapers {
 		s.reaperNames[i] = fmt.Sprintf("reaper-%d", i)
-		env := map[string]string{"REAPER_INTERVAL": "200ms", "DATABASE_URL": withApplicationName(s.dbURL, s.reaperNames[i])}
+		env := map[string]string{"REAPER_INTERVAL": reaperInterval.String(), "DATABASE_URL": withApplicationName(s.dbURL, s.reaperNames[i])}
 		for k, v := range s.common {
 			env[k] = v
 		}

@@ -33,10 +33,15 @@ import (
 // A delivery counts as observed (accepted) only when the sink answered 2xx
 // in time; the run's webhook invariants are checked on what was accepted
 // (see verifyWebhooks).
+//
+// It also serves the hanging tenant's endpoints (/hang/{n}, see
+// webhookfair.go): every delivery there hangs until the deliverer gives
+// up, or the sink closes.
 type webhookSink struct {
-	cfg *Config
-	srv *http.Server
-	url string
+	cfg  *Config
+	srv  *http.Server
+	url  string // the chaos tenant's endpoint
+	base string // scheme and host of every endpoint it serves
 	// closing ends the pauses of hangs and timeouts at shutdown.
 	closing chan struct{}
 
@@ -49,6 +54,11 @@ type webhookSink struct {
 	injected   map[string]int        // faults by kind
 	badSigs    int
 	violations []string
+	hung       int   // deliveries received on /hang/
+	tenantID   int64 // the chaos tenant's id, whose events the sink receives on /hook
+	// committed is, for each of the chaos tenant's events, the earliest
+	// it can have committed (webhookfair.go's watchCommits).
+	committed map[string]time.Time
 }
 
 // sinkEvent is what the sink saw of one event.
@@ -58,6 +68,7 @@ type sinkEvent struct {
 	body          []byte // the first delivery's body, every later one compared to it
 	received      int
 	accepted      int
+	firstReceived time.Time // its first attempt, whatever the answer
 	firstAccepted time.Time
 }
 
@@ -80,12 +91,13 @@ func startSink(cfg *Config) (*webhookSink, error) {
 		return nil, err
 	}
 	s := &webhookSink{
-		cfg: cfg, closing: make(chan struct{}), url: "http://" + ln.Addr().String() + "/hook",
+		cfg: cfg, closing: make(chan struct{}), url: "http://" + ln.Addr().String() + "/hook", base: "http://" + ln.Addr().String(),
 		rnd:    rand.New(rand.NewPCG(cfg.Seed, 0x7765626b)),
-		events: map[string]*sinkEvent{}, injected: map[string]int{},
+		events: map[string]*sinkEvent{}, injected: map[string]int{}, committed: map[string]time.Time{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hook", s.serve)
+	mux.HandleFunc("POST /hang/{n}", s.hang)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go s.srv.Serve(ln) //nolint:errcheck // ends with ErrServerClosed at close
 	return s, nil
@@ -120,6 +132,7 @@ func (s *webhookSink) fault() string {
 }
 
 func (s *webhookSink) serve(w http.ResponseWriter, r *http.Request) {
+	received := time.Now()
 	body, err := io.ReadAll(io.LimitReader(r.Body, 2<<20))
 	if err != nil {
 		return // the deliverer went away mid-body: nothing delivered
@@ -137,7 +150,7 @@ func (s *webhookSink) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	e := s.events[ev.ID]
 	if e == nil {
-		e = &sinkEvent{typ: ev.Type, object: ev.Data.Object, body: body}
+		e = &sinkEvent{typ: ev.Type, object: ev.Data.Object, body: body, firstReceived: received}
 		s.events[ev.ID] = e
 	} else if !bytes.Equal(e.body, body) {
 		s.violations = append(s.violations, fmt.Sprintf("event %s delivered with different payloads: %q, later %q", ev.ID, e.body, body))
@@ -190,6 +203,18 @@ func (s *webhookSink) serve(w http.ResponseWriter, r *http.Request) {
 	e.accepted++
 	if e.firstAccepted.IsZero() {
 		e.firstAccepted = start
+	}
+}
+
+// hang serves the hanging tenant's endpoints: it answers nothing, until
+// the deliverer gives up on the attempt (its timeout) or the sink closes.
+func (s *webhookSink) hang(_ http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.hung++
+	s.mu.Unlock()
+	select {
+	case <-r.Context().Done():
+	case <-s.closing:
 	}
 }
 

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -106,4 +107,61 @@ func TestLivesPlannedWithinTheirCharge(t *testing.T) {
 	require.Positive(t, voids)
 	require.Positive(t, races)
 	require.Positive(t, refunds)
+}
+
+// The fairness check can fail: first attempts later than the bound after
+// their commits, at the 99th percentile, are a violation; events committed
+// around a database restart are left out; a hanging tenant whose
+// endpoints received nothing, or whose 17th endpoint was accepted, is
+// reported.
+func TestLateFirstAttemptsAreAViolation(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	sinkWith := func(late time.Duration) (*webhookSink, []dbEvent) {
+		s := &webhookSink{events: map[string]*sinkEvent{}, committed: map[string]time.Time{}}
+		var evs []dbEvent
+		for i := range 100 {
+			id := fmt.Sprintf("evt_%d", i)
+			committed := at.Add(time.Duration(i) * time.Second)
+			lat := 20 * time.Millisecond
+			if i >= 98 {
+				lat = late
+			}
+			s.events[id] = &sinkEvent{firstReceived: committed.Add(lat)}
+			s.committed[id] = committed
+			evs = append(evs, dbEvent{ID: id})
+		}
+		return s, evs
+	}
+	check := func(s *webhookSink, evs []dbEvent, down []downWindow, h *hangingTenant) (WebhookStats, []string) {
+		var (
+			st  WebhookStats
+			got []string
+		)
+		checkFairness(s, h, evs, down, &st, func(f string, a ...any) { got = append(got, fmt.Sprintf(f, a...)) })
+		return st, got
+	}
+
+	s, evs := sinkWith(fairBound - time.Millisecond)
+	st, v := check(s, evs, nil, nil)
+	require.Empty(t, v)
+	require.Equal(t, (fairBound - time.Millisecond).String(), st.FirstAttemptP99)
+	s, evs = sinkWith(fairBound + time.Second)
+	_, v = check(s, evs, nil, nil)
+	require.Len(t, v, 1)
+	require.Contains(t, v[0], "over the bound")
+
+	// The late events were committed at 98 s and 99 s.
+	s, evs = sinkWith(30 * time.Second)
+	st, v = check(s, evs, []downWindow{{from: at.Add(101 * time.Second), to: at.Add(110 * time.Second)}}, nil)
+	require.Len(t, v, 1, "the event at 98 s is not around the restart")
+	require.Equal(t, 1, st.FirstAttemptExcluded)
+	st, v = check(s, evs, []downWindow{{from: at.Add(100 * time.Second), to: at.Add(110 * time.Second)}}, nil)
+	require.Empty(t, v, "both late events committed within the bound before the restart")
+	require.Equal(t, 2, st.FirstAttemptExcluded)
+
+	s, evs = sinkWith(0)
+	_, v = check(s, evs, nil, &hangingTenant{violations: []string{"the 17th endpoint was accepted"}})
+	require.Len(t, v, 2)
+	require.Contains(t, v[1], "nothing hung")
 }

@@ -79,7 +79,7 @@ func TestResumeAfterCrashAtEveryPoint(t *testing.T) {
 			}
 
 			id := chargeID(t, res.Response)
-			require.Equal(t, 1, len(b.ChargeIDs(t, "crash")))
+			require.Len(t, b.ChargeIDs(t, "crash"), 1)
 			require.Len(t, b.AuthorizationsFor(id), 1)
 			state, _, _ := b.KeyState(t, "crash")
 			require.Equal(t, "done", state)
@@ -173,7 +173,7 @@ func TestStaleWorkerCannotCommitAfterTakeover(t *testing.T) {
 
 	_, _, lv := b.KeyState(t, "stall")
 	require.EqualValues(t, 2, lv)
-	require.Equal(t, 1, len(b.ChargeIDs(t, "stall")))
+	require.Len(t, b.ChargeIDs(t, "stall"), 1)
 	require.Len(t, b.AuthorizationsFor(chargeID(t, fresh.Response)), 1)
 }
 
@@ -216,7 +216,7 @@ func TestPSPOutageIsRetriedOnSchedule(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, phases.OutcomeTakeover, res.Outcome)
 	require.Equal(t, 201, res.Response.Status)
-	require.Equal(t, 1, len(b.ChargeIDs(t, "outage")))
+	require.Len(t, b.ChargeIDs(t, "outage"), 1)
 	require.Len(t, b.AuthorizationsFor(chargeID(t, res.Response)), 1)
 }
 

@@ -2,6 +2,7 @@ package charges_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -37,27 +38,38 @@ func TestConcurrentCaptureAndVoidOneWins(t *testing.T) {
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		status = map[int]int{}
+		errs   [16]error // each request's, asserted on the test's goroutine
 	)
-	for i := range 16 {
+	for i := range errs {
 		wg.Go(func() {
 			var res phases.Result
 			var err error
 			if i%2 == 0 {
 				req, perr := charges.ParseCaptureRequest(id, []byte(`{}`))
-				require.NoError(t, perr)
+				if perr != nil {
+					errs[i] = perr
+					return
+				}
 				res, err = svc.Capture(ctx, b.Tenant, fmt.Sprintf("c%d", i), id, charges.Parsed(req))
 			} else {
 				req, perr := charges.ParseVoidRequest(id, []byte(`{}`))
-				require.NoError(t, perr)
+				if perr != nil {
+					errs[i] = perr
+					return
+				}
 				res, err = svc.Void(ctx, b.Tenant, fmt.Sprintf("v%d", i), id, charges.Parsed(req))
 			}
-			require.NoError(t, err)
+			if err != nil {
+				errs[i] = err
+				return
+			}
 			mu.Lock()
 			status[res.Response.Status]++
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	require.NoError(t, errors.Join(errs[:]...))
 	require.Equal(t, map[int]int{200: 1, 400: 15}, status)
 	require.Equal(t, 1, len(b.Mock.Captures())+len(b.Mock.Voids()))
 }
@@ -80,19 +92,27 @@ func TestConcurrentRefundsNeverExceedCaptured(t *testing.T) {
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		status = map[int]int{}
+		errs   [10]error // each refund's, asserted on the test's goroutine
 	)
-	for i := range 10 {
+	for i := range errs {
 		wg.Go(func() {
 			req, _, err := charges.ParseRefundRequest(fmt.Appendf(nil, `{"charge":%q,"amount":300}`, id))
-			require.NoError(t, err)
+			if err != nil {
+				errs[i] = err
+				return
+			}
 			res, err := svc.Refund(ctx, b.Tenant, fmt.Sprintf("r%d", i), charges.Parsed(req))
-			require.NoError(t, err)
+			if err != nil {
+				errs[i] = err
+				return
+			}
 			mu.Lock()
 			status[res.Response.Status]++
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	require.NoError(t, errors.Join(errs[:]...))
 	require.Equal(t, map[int]int{201: 3, 400: 7}, status)
 	c, err := svc.Get(ctx, b.Tenant, id)
 	require.NoError(t, err)

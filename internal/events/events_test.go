@@ -129,7 +129,7 @@ func TestRetentionNeverDropsAnEventStillBeingRetried(t *testing.T) {
 	yesterday := testdb.Pool(t, url, today.Add(-12*time.Hour))
 	now := testdb.Pool(t, url, today.Add(time.Hour))
 	tenant := newTenant(t, now, "t")
-	_, err := now.Exec(ctx, `INSERT INTO webhook_endpoints (tenant_id, id, url, events, secret) VALUES ($1, 'we_1', 'http://x', '{*}', 'whsec_x')`, tenant)
+	_, err := now.Exec(ctx, `INSERT INTO webhook_endpoints (tenant_id, id, url, events, secret, slot) VALUES ($1, 'we_1', 'http://x', '{*}', 'whsec_x', 1)`, tenant)
 	require.NoError(t, err)
 	old, err := events.Write(ctx, yesterday, tenant, events.ChargeAuthorized, []byte(`{}`))
 	require.NoError(t, err)

@@ -3,10 +3,12 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 
@@ -133,12 +135,24 @@ func (s *server) listCharges(w http.ResponseWriter, r *http.Request) {
 }
 
 // readJSONBody reads the body of a POST whose Content-Type, when sent, must
-// be application/json (errContentType otherwise).
+// be application/json, with no charset or charset=utf-8 (errContentType
+// otherwise: a body in UTF-16 would be read as UTF-8). A body that cannot
+// be read to its end (malformed chunked encoding, a client gone mid-body)
+// is errBodyUnreadable; one past MaxBodyBytes, or not in by the body
+// deadline, keeps its own error (413, a disconnect).
 func readJSONBody(r *http.Request) ([]byte, error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+	if cts := r.Header.Values("Content-Type"); len(cts) > 0 {
+		mt, ps, err := mime.ParseMediaType(cts[0])
+		if len(cts) > 1 || err != nil || mt != "application/json" {
+			return nil, errContentType
+		}
+		if cs, ok := ps["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
 			return nil, errContentType
 		}
 	}
-	return io.ReadAll(r.Body)
+	body, err := io.ReadAll(r.Body)
+	if err != nil && !errors.As(err, new(*http.MaxBytesError)) && !errors.Is(err, errBodyTimeout) {
+		return nil, fmt.Errorf("%w: %w", errBodyUnreadable, err)
+	}
+	return body, err
 }

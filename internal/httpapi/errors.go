@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -20,7 +21,8 @@ import (
 var (
 	errRouteNotFound    = errors.New("no such route")
 	errMethodNotAllowed = errors.New("method not allowed")
-	errContentType      = errors.New("Content-Type must be application/json")
+	errContentType      = errors.New("Content-Type must be application/json, with no charset or charset=utf-8")
+	errBodyUnreadable   = errors.New("the request body could not be read")
 )
 
 // Retry-After values, in seconds. A request in progress usually finishes
@@ -74,8 +76,13 @@ func problemFor(err error) problem.Problem {
 		return p
 	case errors.Is(err, webhooks.ErrInvalid):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
+	case errors.Is(err, webhooks.ErrLimitReached):
+		return problem.New(http.StatusBadRequest, problem.EndpointLimitReached, fmt.Sprintf(
+			"This account has %d webhook endpoints, the most it may have. Delete one to create another.", webhooks.MaxEndpoints))
 	case errors.Is(err, idempotency.ErrBodyInvalid):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
+	case errors.Is(err, errBodyUnreadable):
+		return problem.New(http.StatusBadRequest, problem.InvalidRequest, "The request body could not be read (e.g. malformed chunked encoding).")
 	case errors.Is(err, errContentType):
 		return problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType, err.Error())
 	case errors.Is(err, idempotency.ErrMismatch):
@@ -86,6 +93,12 @@ func problemFor(err error) problem.Problem {
 			"A request with this Idempotency-Key is in progress. Retry after a pause.")
 		p.RetryAfter = retryInProgress
 		return p
+	case errors.Is(err, idempotency.ErrUnresolved):
+		// Before the database's case: a request given up after the PSP
+		// was unreachable wraps that dial error, which dbstate.Unavailable
+		// cannot tell from the database's own.
+		return problem.New(http.StatusServiceUnavailable, problem.PaymentUnresolved,
+			"This request could not be completed automatically and is waiting for an operator. Retrying will not help until it is resolved.")
 	case dbstate.Unavailable(err) && !errors.Is(err, charges.ErrPSPUnavailable):
 		// Unreachable, restarting, or past statement_timeout or
 		// lock_timeout: the same request will work once it is back, and a
@@ -114,9 +127,6 @@ func problemFor(err error) problem.Problem {
 			p.RetryAfter = ra.RetryAfterSeconds()
 		}
 		return p
-	case errors.Is(err, idempotency.ErrUnresolved):
-		return problem.New(http.StatusServiceUnavailable, problem.PaymentUnresolved,
-			"This request could not be completed automatically and is waiting for an operator. Retrying will not help until it is resolved.")
 	case errors.Is(err, errListParams):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
 	case errors.Is(err, charges.ErrNotFound), errors.Is(err, charges.ErrRefundNotFound),

@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/problem"
 )
 
 // TestOnlyInternalErrorsLogAsErrors: a 500 is logged at ERROR; a 503 (the
@@ -44,4 +49,18 @@ func TestOnlyInternalErrorsLogAsErrors(t *testing.T) {
 		require.Equal(t, "request failed", line.Msg)
 		require.NotZero(t, line.Status)
 	}
+}
+
+// TestUnreachablePSPIsNotReadAsDatabaseUnavailable: a request given up
+// (needs_attention) after the PSP was unreachable wraps the PSP's dial
+// error, which dbstate.Unavailable cannot tell from the database's: it was
+// answered 503 database_unavailable, telling the client to retry what only
+// an operator can settle.
+func TestUnreachablePSPIsNotReadAsDatabaseUnavailable(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	given := fmt.Errorf("%w: %w", idempotency.ErrUnresolved, fmt.Errorf("authorize: %w", dial))
+	p := problemFor(given)
+	require.Equal(t, http.StatusServiceUnavailable, p.Status)
+	require.Equal(t, problem.PaymentUnresolved, p.Code)
+	require.Equal(t, problem.DatabaseUnavailable, problemFor(fmt.Errorf("claim: %w", dial)).Code)
 }

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -48,15 +47,11 @@ func newKeyJSON(v idempotency.View) keyJSON {
 
 // getKey serves GET /v1/idempotency_keys/{key}. A key may contain any
 // visible ASCII character, '/' included, so the route takes the rest of
-// the path and unescapes it.
+// the path, decoded exactly once by checkParams (a key that holds "%2F"
+// is sent as "%252F").
 func (s *server) getKey(w http.ResponseWriter, r *http.Request) {
 	tenant, _ := tenants.FromContext(r.Context())
-	key, err := url.PathUnescape(chi.URLParam(r, "*"))
-	if err != nil || key == "" {
-		s.writeError(w, r, errRouteNotFound)
-		return
-	}
-	v, err := idempotency.GetView(r.Context(), s.cfg.Pool, tenant.ID, key)
+	v, err := idempotency.GetView(r.Context(), s.cfg.Pool, tenant.ID, chi.URLParam(r, "*"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -64,7 +59,8 @@ func (s *server) getKey(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, newKeyJSON(v))
 }
 
-// listKeys serves GET /v1/idempotency_keys?state=…, newest first.
+// listKeys serves GET /v1/idempotency_keys?state=…, newest first. The state
+// is one of idempotency.RequestStates, or an alias of one (done).
 func (s *server) listKeys(w http.ResponseWriter, r *http.Request) {
 	tenant, _ := tenants.FromContext(r.Context())
 	p, err := parseListParams(r)
@@ -72,9 +68,9 @@ func (s *server) listKeys(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var state idempotency.ViewState
+	var state idempotency.RequestState
 	if v := r.URL.Query().Get("state"); v != "" {
-		if state, err = idempotency.ParseViewState(v); err != nil {
+		if state, err = idempotency.ParseRequestState(v); err != nil {
 			s.writeError(w, r, &paramError{name: "state", msg: strings.TrimPrefix(err.Error(), "state ")})
 			return
 		}

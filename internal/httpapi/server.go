@@ -24,6 +24,7 @@ import (
 	"github.com/phasepay/phasepay/internal/problem"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
 // MaxBodyBytes is the largest request body accepted (413 beyond).
@@ -63,10 +64,35 @@ type Config struct {
 	// endpoint URLs on loopback, private and link-local addresses.
 	// Development only (chargectl listen).
 	WebhookAllowPrivate bool
+	// WebhookGuard, if set, replaces the guard built from
+	// WebhookAllowPrivate (tests: a resolver of their own).
+	WebhookGuard *webhooks.Guard
 }
 
 // NewHandler returns the service's http.Handler.
 func NewHandler(cfg Config) (http.Handler, error) {
+	if cfg.ServerAddr == "" {
+		cfg.ServerAddr = "phasepay-api:0"
+	}
+	r, err := newRouter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Outermost, so the request's span is in the context of everything
+	// below, the request log line included. It extracts the caller's W3C
+	// trace context.
+	return otelhttp.NewHandler(r, "http.request",
+		otelhttp.WithTracerProvider(cfg.Telemetry.Tracer),
+		otelhttp.WithMeterProvider(cfg.Telemetry.Meter),
+		otelhttp.WithPropagators(cfg.Telemetry.Propagator),
+		otelhttp.WithServerName(cfg.ServerAddr),
+		otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Path != "/metrics" && r.URL.Path != "/healthz" }),
+	), nil
+}
+
+// newRouter returns the router of every route NewHandler serves, without
+// the tracing around it.
+func newRouter(cfg Config) (*chi.Mux, error) {
 	if cfg.RunTimeout == 0 {
 		cfg.RunTimeout = 30 * time.Second
 	}
@@ -77,11 +103,11 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if _, ok := cfg.Logger.Handler().(*telemetry.LogHandler); !ok {
 		cfg.Logger = slog.New(telemetry.NewLogHandler(cfg.Logger.Handler()))
 	}
-	if cfg.ServerAddr == "" {
-		cfg.ServerAddr = "phasepay-api:0"
-	}
 	if cfg.AuthCacheTTL == 0 {
 		cfg.AuthCacheTTL = 30 * time.Second
+	}
+	if cfg.WebhookGuard == nil {
+		cfg.WebhookGuard = webhooks.NewGuard(cfg.WebhookAllowPrivate)
 	}
 	// The webhook endpoints' optional Idempotency-Key: claim and finish in
 	// one transaction, so the lease and schedule never come into play.
@@ -118,34 +144,30 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.authenticate, limitBody)
-		r.Post("/charges", s.createCharge)
-		r.Get("/charges", s.listCharges)
-		r.Get("/charges/{id}", s.getCharge)
-		r.Post("/charges/{id}/capture", s.captureCharge)
-		r.Post("/charges/{id}/void", s.voidCharge)
-		r.Post("/refunds", s.createRefund)
-		r.Get("/refunds", s.listRefunds)
-		r.Get("/refunds/{id}", s.getRefund)
-		r.Get("/idempotency_keys", s.listKeys)
-		r.Get("/idempotency_keys/{key}/timeline", s.getKeyTimeline)
-		r.Get("/idempotency_keys/*", s.getKey)
-		r.Get("/events", s.listEvents)
-		r.Get("/events/{id}", s.getEvent)
-		r.Get("/events/{id}/deliveries", s.listEventDeliveries)
-		r.Post("/webhook_endpoints", s.createWebhookEndpoint)
-		r.Get("/webhook_endpoints", s.listWebhookEndpoints)
-		r.Delete("/webhook_endpoints/{id}", s.deleteWebhookEndpoint)
+		// Every route's parameters are checked before its handler runs
+		// (checkParams, routeParams in params.go).
+		route := func(method, pattern string, h http.HandlerFunc) {
+			r.Method(method, pattern, s.checkParams(method, "/v1"+pattern, h))
+		}
+		route(http.MethodPost, "/charges", s.createCharge)
+		route(http.MethodGet, "/charges", s.listCharges)
+		route(http.MethodGet, "/charges/{id}", s.getCharge)
+		route(http.MethodPost, "/charges/{id}/capture", s.captureCharge)
+		route(http.MethodPost, "/charges/{id}/void", s.voidCharge)
+		route(http.MethodPost, "/refunds", s.createRefund)
+		route(http.MethodGet, "/refunds", s.listRefunds)
+		route(http.MethodGet, "/refunds/{id}", s.getRefund)
+		route(http.MethodGet, "/idempotency_keys", s.listKeys)
+		route(http.MethodGet, "/idempotency_keys/{key}/timeline", s.getKeyTimeline)
+		route(http.MethodGet, "/idempotency_keys/*", s.getKey)
+		route(http.MethodGet, "/events", s.listEvents)
+		route(http.MethodGet, "/events/{id}", s.getEvent)
+		route(http.MethodGet, "/events/{id}/deliveries", s.listEventDeliveries)
+		route(http.MethodPost, "/webhook_endpoints", s.createWebhookEndpoint)
+		route(http.MethodGet, "/webhook_endpoints", s.listWebhookEndpoints)
+		route(http.MethodDelete, "/webhook_endpoints/{id}", s.deleteWebhookEndpoint)
 	})
-	// Outermost, so the request's span is in the context of everything
-	// below, the request log line included. It extracts the caller's W3C
-	// trace context.
-	return otelhttp.NewHandler(r, "http.request",
-		otelhttp.WithTracerProvider(cfg.Telemetry.Tracer),
-		otelhttp.WithMeterProvider(cfg.Telemetry.Meter),
-		otelhttp.WithPropagators(cfg.Telemetry.Propagator),
-		otelhttp.WithServerName(cfg.ServerAddr),
-		otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Path != "/metrics" && r.URL.Path != "/healthz" }),
-	), nil
+	return r, nil
 }
 
 // nameRoute names the request's span after the route it matched (known
@@ -222,8 +244,15 @@ func writeText(w http.ResponseWriter, status int, body string) {
 // authenticate resolves the bearer key to a tenant.
 func (s *server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Exactly one field: with two, r.Header.Get would pick the first,
+		// while a proxy or the client's own log may go by the second.
+		fields := r.Header.Values("Authorization")
+		if len(fields) != 1 {
+			s.writeError(w, r, tenants.ErrUnauthorized)
+			return
+		}
 		// The scheme is case-insensitive (RFC 9110, 11.1).
-		scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		scheme, secret, ok := strings.Cut(fields[0], " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") {
 			s.writeError(w, r, tenants.ErrUnauthorized)
 			return

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"net/url"
 
 	"github.com/go-chi/chi/v5"
 
@@ -96,15 +95,10 @@ func tenantEntry(e idempotency.Entry) any {
 // of the request of one of the tenant's keys, oldest first. Another
 // tenant's key answers 404, as an unknown one. A key holding "/" is
 // percent-encoded (as for GET /v1/idempotency_keys/{key}), so that it is
-// one segment of the path.
+// one segment of the path; checkParams has decoded it, once.
 func (s *server) getKeyTimeline(w http.ResponseWriter, r *http.Request) {
 	tenant, _ := tenants.FromContext(r.Context())
-	key, err := url.PathUnescape(chi.URLParam(r, "key"))
-	if err != nil || key == "" {
-		s.writeError(w, r, errRouteNotFound)
-		return
-	}
-	h, err := idempotency.ReadHistory(r.Context(), s.cfg.Pool, tenant.ID, key)
+	h, err := idempotency.ReadHistory(r.Context(), s.cfg.Pool, tenant.ID, chi.URLParam(r, "key"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -60,6 +60,7 @@ UPDATE idempotency_keys
        timeline = phasepay_timeline_append(timeline, $8, lock_version),
        next_attempt_at = NULL,
        last_error = NULL,
+       last_error_detail = NULL,
        response_status = $5,
        response_content_type = $6,
        response_body = $7,
@@ -156,9 +157,6 @@ UPDATE idempotency_keys
  WHERE tenant_id = $1 AND key = $2 AND created_at = $3
    AND lock_version = $4
    AND state = 'started'`
-
-// ReasonDatabaseUnavailable is the reason Unlock's timeline entry gives.
-const ReasonDatabaseUnavailable = "database unavailable"
 
 // Unlock gives the lease up at the key's last recovery point without
 // counting an attempt (see unlockSQL). It returns ErrLeaseLost if the lease

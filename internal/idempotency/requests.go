@@ -19,11 +19,15 @@ type View struct {
 	TenantID      int64
 	Key           string
 	Method, Path  string
-	State         ViewState
+	State         RequestState
 	Point         RecoveryPoint
 	Attempts      int
 	NextAttemptAt *time.Time
-	LastError     string
+	// LastError is why the last attempt did not finish, in words a tenant
+	// may read; LastErrorDetail its raw cause, for operators only (never
+	// shown to a tenant: it may name internal addresses).
+	LastError       string
+	LastErrorDetail string
 	// ResponseStatus is the stored answer's status, once there is one.
 	ResponseStatus *int
 	ObjectID       string
@@ -31,52 +35,17 @@ type View struct {
 	CompletedAt    *time.Time
 }
 
-// ViewState is a key's state as shown outside: State, with a started key
-// split by whether a worker holds it right now.
-type ViewState string
-
-// The states of View.
-const (
-	ViewInProgress     ViewState = "in_progress"     // started, a worker holds its lease
-	ViewUnfinished     ViewState = "unfinished"      // started, nobody holds it: waiting for its next attempt
-	ViewNeedsAttention ViewState = "needs_attention" // given up: an operator must act
-	ViewCompleted      ViewState = "completed"       // done, its answer stored
-)
-
-// ParseViewState accepts the states of View, as a filter.
-func ParseViewState(s string) (ViewState, error) {
-	switch v := ViewState(s); v {
-	case ViewInProgress, ViewUnfinished, ViewNeedsAttention, ViewCompleted:
-		return v, nil
-	}
-	return "", fmt.Errorf("state %q: must be one of in_progress, unfinished, needs_attention, completed", s)
-}
-
-// viewColumns is read by scanView, in this order. The view state is
+// viewColumns is read by scanView, in this order. The request state is
 // computed here, by the database's clock, like every lease decision.
 const viewColumns = `tenant_id, key, request_method, request_path,
-       CASE WHEN state = 'done' THEN 'completed'
-            WHEN state = 'needs_attention' THEN 'needs_attention'
-            WHEN locked_until > phasepay_now() THEN 'in_progress'
-            ELSE 'unfinished' END,
-       recovery_point, attempts, next_attempt_at, coalesce(last_error, ''), response_status,
-       coalesce(object_id, ''), created_at, finished_at`
-
-// viewStateSQL filters on a view state ($n empty for any), spelled as the
-// CASE above.
-func viewStateSQL(n int) string {
-	p := fmt.Sprintf("$%d", n)
-	return `(` + p + ` = ''
-   OR (` + p + ` = 'completed' AND state = 'done')
-   OR (` + p + ` = 'needs_attention' AND state = 'needs_attention')
-   OR (` + p + ` = 'in_progress' AND state = 'started' AND locked_until > phasepay_now())
-   OR (` + p + ` = 'unfinished' AND state = 'started' AND (locked_until IS NULL OR locked_until <= phasepay_now())))`
-}
+       ` + requestStateSQL + `,
+       recovery_point, attempts, next_attempt_at, coalesce(last_error, ''), coalesce(last_error_detail, ''),
+       response_status, coalesce(object_id, ''), created_at, finished_at`
 
 func scanView(row pgx.Row) (View, error) {
 	var v View
 	err := row.Scan(&v.TenantID, &v.Key, &v.Method, &v.Path, &v.State, &v.Point, &v.Attempts, &v.NextAttemptAt,
-		&v.LastError, &v.ResponseStatus, &v.ObjectID, &v.CreatedAt, &v.CompletedAt)
+		&v.LastError, &v.LastErrorDetail, &v.ResponseStatus, &v.ObjectID, &v.CreatedAt, &v.CompletedAt)
 	return v, err
 }
 
@@ -116,7 +85,7 @@ func GetView(ctx context.Context, q DBTX, tenantID int64, key string) (View, err
 // The index idempotency_keys_tenant_created serves the order.
 var listViewsSQL = `SELECT ` + viewColumns + `
   FROM idempotency_keys
- WHERE tenant_id = $1 AND ` + viewStateSQL(2) + `
+ WHERE tenant_id = $1 AND ` + requestStateFilterSQL(2) + `
    AND ($3::timestamptz IS NULL OR (created_at, key) < ($3, $4))
  ORDER BY created_at DESC, key DESC
  LIMIT $5`
@@ -124,7 +93,7 @@ var listViewsSQL = `SELECT ` + viewColumns + `
 // ListViews returns up to limit of a tenant's keys in state (any if ""),
 // newest first, after the key named startingAfter (none if ""). It returns
 // ErrNotFound if startingAfter names no key of the tenant.
-func ListViews(ctx context.Context, q DBTX, tenantID int64, state ViewState, startingAfter string, limit int) ([]View, error) {
+func ListViews(ctx context.Context, q DBTX, tenantID int64, state RequestState, startingAfter string, limit int) ([]View, error) {
 	var (
 		afterAt  *time.Time
 		afterKey string
@@ -151,8 +120,8 @@ func ListViews(ctx context.Context, q DBTX, tenantID int64, state ViewState, sta
 type Filter struct {
 	// TenantID, if not zero, restricts the list to one tenant.
 	TenantID int64
-	// State, if set, restricts it to one view state.
-	State ViewState
+	// State, if set, restricts it to one request state.
+	State RequestState
 	// OlderThan, if positive, keeps keys claimed longer ago than this.
 	OlderThan time.Duration
 	// Limit bounds the list (default 1000).
@@ -164,7 +133,7 @@ type Filter struct {
 // needs_attention keys are read through idempotency_keys_unfinished.
 var operatorListSQL = `SELECT ` + viewColumns + `
   FROM idempotency_keys
- WHERE ($1 = 0 OR tenant_id = $1) AND ` + viewStateSQL(2) + `
+ WHERE ($1 = 0 OR tenant_id = $1) AND ` + requestStateFilterSQL(2) + `
    AND created_at <= phasepay_now() - $3 * interval '1 microsecond'
  ORDER BY created_at, tenant_id, key
  LIMIT $4`

@@ -25,10 +25,15 @@ import (
 //     instead: no next attempt, until an operator acts. last_error stays as
 //     its reason.
 //
-// The timeline gains the holder's notes ($10: the PSP call that failed)
-// and "released" with the reason in stable words ($11), the raw cause and
-// the next attempt just decided: the jitter is drawn once (FROM jitter), so
-// that the next attempt written in the entry is the one set.
+// last_error ($5) is the cause's public words and last_error_detail ($10)
+// its raw text (reason.go), written together so that they always describe
+// the same attempt.
+//
+// The timeline gains the holder's notes ($11: the PSP call that failed)
+// and "released" with the same words as its reason, the raw text as its
+// detail and the next attempt just decided: the jitter is drawn once
+// (FROM jitter), so that the next attempt written in the entry is the one
+// set.
 //
 // Fenced like every write of a holder: a worker that lost its lease cannot
 // reschedule (or give up on) a key someone else now holds.
@@ -38,13 +43,14 @@ UPDATE idempotency_keys
        holder = NULL,
        attempts = attempts + 1,
        last_error = left($5, 1000),
+       last_error_detail = left(nullif($10, ''), 4000),
        state = CASE WHEN created_at <= phasepay_now() - $9 * interval '1 microsecond'
                     THEN 'needs_attention' ELSE 'started' END,
        next_attempt_at = ` + releaseNextAttemptSQL + `,
-       timeline = CASE WHEN $10::text IS NULL THEN timeline
-           ELSE phasepay_timeline_append(timeline, $10, lock_version) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+       timeline = CASE WHEN $11::text IS NULL THEN timeline
+           ELSE phasepay_timeline_append(timeline, $11, lock_version) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
                 'at', phasepay_timeline_time(phasepay_now()), 'kind', 'released', 'holder', $12::text,
-                'lock_version', lock_version, 'reason', $11::text, 'detail', left($5, 1000),
+                'lock_version', lock_version, 'reason', left($5, 1000), 'detail', left(nullif($10, ''), 4000),
                 'next_attempt_at', phasepay_timeline_time(` + releaseNextAttemptSQL + `))))
            END
   FROM (SELECT random() AS r) jitter
@@ -89,22 +95,20 @@ type beginner interface {
 // Release ends the holder's attempt without finishing: the lease is given
 // up at the key's last recovery point and the next attempt is scheduled
 // (see releaseSQL), no sooner than notBefore from now (a PSP's Retry-After;
-// 0 for the schedule alone). cause is recorded as the key's last_error and
-// as the detail of the timeline's released entry, whose reason is the
-// cause's stable words (Because).
+// 0 for the schedule alone). cause is recorded as the key's last_error in
+// the words it carries (a PublicError in its chain), or generic ones, and
+// its text as last_error_detail, for operators only (reason.go); the two
+// are the reason and the detail of the timeline's released entry.
 // It returns ErrLeaseLost if the lease was already lost, in which case
 // there is nothing to release. With a Config.NeedsAttention hook, the
 // release runs in a transaction of its own on q (a savepoint if q is one)
 // and the hook runs in it when the key is given up.
 func (l *Lease) Release(ctx context.Context, q DBTX, cause error, notBefore time.Duration) (Released, error) {
 	r := l.Record
-	msg := "released"
-	if cause != nil {
-		msg = cause.Error()
-	}
+	msg, detail := releaseReasons(cause)
 	// The notes go with this statement, whichever way it ends: a release
 	// that fails is not tried again with them.
-	notes, reason := l.take(), reasonOf(cause)
+	notes := l.take()
 	var rel Released
 	release := func(q DBTX) error {
 		var (
@@ -114,7 +118,7 @@ func (l *Lease) Release(ctx context.Context, q DBTX, cause error, notBefore time
 		rel = Released{}
 		err := q.QueryRow(ctx, releaseSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, msg,
 			l.store.cfg.RetryBase.Microseconds(), l.store.cfg.RetryMax.Microseconds(), notBefore.Microseconds(),
-			l.store.cfg.GiveUpAfter.Microseconds(), notes, reason, l.store.holder).Scan(&state, &next, &rel.RetryAfter)
+			l.store.cfg.GiveUpAfter.Microseconds(), detail, notes, l.store.holder).Scan(&state, &next, &rel.RetryAfter)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("release %q: %w", r.Key, ErrLeaseLost)
 		}
@@ -130,7 +134,7 @@ func (l *Lease) Release(ctx context.Context, q DBTX, cause error, notBefore time
 			given := r
 			given.State, given.Leased, given.NextAttemptAt, given.Due, given.RetryAfter = StateNeedsAttention, false, nil, false, 0
 			given.Attempts++
-			given.LastError = truncateRunes(msg, 1000)
+			given.LastError = truncateRunes(msg, maxReasonRunes)
 			if err := hook(ctx, q, given); err != nil {
 				return fmt.Errorf("release %q: needs attention: %w", r.Key, err)
 			}

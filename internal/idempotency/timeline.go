@@ -251,35 +251,3 @@ func ReadHistory(ctx context.Context, q DBTX, tenantID int64, key string) (Histo
 	}
 	return h, nil
 }
-
-// Because is a cause of Lease.Release that names its reason in the stable
-// words a tenant may read (the released entry's reason): Release records
-// Err's text as the raw cause (last_error, the entry's detail) and reason
-// as the reason. A cause that is not one has the reason "attempt did not
-// finish".
-func Because(reason string, err error) error {
-	if err == nil {
-		err = errors.New(reason)
-	}
-	return &ReasonedError{Reason: reason, Err: err}
-}
-
-// ReasonedError is Because's error.
-type ReasonedError struct {
-	Reason string
-	Err    error
-}
-
-func (e *ReasonedError) Error() string { return e.Err.Error() }
-func (e *ReasonedError) Unwrap() error { return e.Err }
-
-// reasonUnknown is the reason of a release whose cause names none.
-const reasonUnknown = "attempt did not finish"
-
-// reasonOf returns the stable words of a release's cause.
-func reasonOf(cause error) string {
-	if r, ok := errors.AsType[*ReasonedError](cause); ok && r.Reason != "" {
-		return r.Reason
-	}
-	return reasonUnknown
-}

@@ -13,6 +13,17 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
+// publicError is a cause with public words (idempotency.PublicError), as
+// the PSP client's failures are.
+type publicError struct {
+	words string
+	err   error
+}
+
+func (e publicError) Error() string        { return e.err.Error() }
+func (e publicError) PublicReason() string { return e.words }
+func (e publicError) Unwrap() error        { return e.err }
+
 // kinds returns the kinds of a timeline, in order.
 func kinds(es []idempotency.Entry) []idempotency.Kind {
 	out := make([]idempotency.Kind, len(es))
@@ -55,7 +66,7 @@ func TestTimelineRecordsEveryChange(t *testing.T) {
 	status, ms, none := 503, int64(12), 0
 	lease.Note(idempotency.Entry{Kind: idempotency.KindPSPCall, PSP: "default", Operation: "authorize",
 		PSPKey: "th_1:authorize", Outcome: "unknown", Status: &status, DurationMS: &ms, Sends: &none, Lookups: &none})
-	_, err = lease.Release(ctx, then, idempotency.Because("PSP answered 503", errors.New(`Post "http://10.0.0.7/v1": 503 upstream`)), 0)
+	_, err = lease.Release(ctx, then, publicError{"PSP answered 503", errors.New(`Post "http://10.0.0.7/v1": 503 upstream`)}, 0)
 	require.NoError(t, err)
 	require.Empty(t, history(t, b, then, "life").Holder, "nobody holds a released key")
 
@@ -100,8 +111,8 @@ func TestTimelineRecordsEveryChange(t *testing.T) {
 }
 
 // A key given up (needs_attention) has no next attempt, and its released
-// entry says so by having none; a cause without stable words gets the
-// generic reason, never the raw text.
+// entry says so by having none; a cause without public words gets the
+// generic reason, as last_error does, never the raw text.
 func TestTimelineOfAGivenUpKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -117,7 +128,7 @@ func TestTimelineOfAGivenUpKey(t *testing.T) {
 	e := history(t, b, b.pool, "given-up").Entries
 	require.Equal(t, []idempotency.Kind{idempotency.KindClaimed, idempotency.KindReleased}, kinds(e))
 	require.Nil(t, e[1].NextAttemptAt)
-	require.Equal(t, "attempt did not finish", e[1].Reason)
+	require.Equal(t, idempotency.ReasonInternal, e[1].Reason)
 }
 
 // TIMELINE=off (make bench's comparison) records nothing: no entry, no

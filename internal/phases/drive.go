@@ -122,8 +122,7 @@ func call[S any](ctx context.Context, e *Engine, op *registered[S], run *Run[S],
 		return out, err
 	}
 	if out.Class == psp.ClassBusy || out.Class == psp.ClassUnknown {
-		return out, released{e.release(ctx, run.Lease, cmp.Or(run.ObjectID, run.Lease.Record.ObjectID),
-			withReason(pspReason(out, err), err), out.RetryAfter)}
+		return out, released{e.release(ctx, run.Lease, cmp.Or(run.ObjectID, run.Lease.Record.ObjectID), err, out.RetryAfter)}
 	}
 	if err := e.crash(ctx, CrashAfterPSPCall); err != nil {
 		return out, err

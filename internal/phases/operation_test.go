@@ -76,8 +76,8 @@ func TestAfterFindsTheArrowThatLeavesAPoint(t *testing.T) {
 		idempotency.PointStart: {0, 0}, "a": {0, 1}, "b": {1, 0}, "c": {1, 1},
 	} {
 		got, ok := after(steps, point)
-		require.True(t, ok, point)
-		require.Equal(t, want, got, point)
+		require.True(t, ok, "%s", point)
+		require.Equal(t, want, got, "%s", point)
 	}
 	_, ok := after(steps, idempotency.PointDone)
 	require.False(t, ok, "nothing leaves done")

@@ -89,7 +89,7 @@ func TestPipelinedTransactionAbortsAfterAnError(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenants WHERE name = 'aborted'`).Scan(&n))
 	require.Zero(t, n)
-	require.False(t, errors.Is(err, pgx.ErrTxClosed))
+	require.NotErrorIs(t, err, pgx.ErrTxClosed)
 }
 
 // A queued row's reader that fails after the statement succeeded is the

@@ -39,6 +39,7 @@ const (
 	ChargeNotVoidable      Code = "charge_not_voidable"
 	ChargeNotRefundable    Code = "charge_not_refundable"
 	AmountTooLarge         Code = "amount_too_large"
+	EndpointLimitReached   Code = "endpoint_limit_reached"
 )
 
 // FieldError names one invalid field of a request body.

@@ -126,7 +126,7 @@ func (c *Client) settle(
 			found, ok, err := look(ctx)
 			lookups++
 			if err != nil {
-				out.Class, out.Authorization, out.Operation, out.Reason = ClassUnknown, Authorization{}, Operation{}, err.Error()
+				out.Class, out.Authorization, out.Operation, out.Reason = ClassUnknown, Authorization{}, Operation{}, publicOf(err)
 				out.Sent, out.Lookups = sent, lookups
 				if lastErr != nil && !errors.Is(err, context.Canceled) {
 					// Keep what the send saw; the class is the lookup's.

@@ -35,8 +35,7 @@ const (
 	ClassBusy
 )
 
-// String is the class as the contract names it, for logs, metrics and
-// last_error.
+// String is the class as the contract names it, for logs and metrics.
 func (c Class) String() string {
 	switch c {
 	case ClassSuccess:
@@ -132,9 +131,11 @@ type Outcome struct {
 	// StatusCode is the HTTP status of the last answer the PSP gave for the
 	// operation, 0 if none arrived.
 	StatusCode int
-	// Reason is the PSP's explanation of a refusal (a final failure without
-	// a result), fit for the detail of a 402 payment_failed; for the other
-	// classes without a result, what went wrong, for last_error.
+	// Reason is, for a refusal (a final failure without a result) or a
+	// busy answer, the PSP's own reason field, fit for the detail of a 402
+	// payment_failed, or the public words of the answer when it gave none;
+	// for an unknown outcome, its public words. Never an answer body or an
+	// address (see Failure).
 	Reason string
 	// RetryAfter is, for ClassBusy, the PSP's Retry-After: the earliest the
 	// caller should send again (0 if the PSP gave none).

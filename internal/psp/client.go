@@ -95,12 +95,13 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.BaseURL == "" {
 		return nil, errors.New("psp client: BaseURL is required")
 	}
+	// The URL is never quoted whole: it may carry credentials (RedactURL).
 	base, err := url.Parse(cfg.BaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("psp client: BaseURL: %w", err)
+		return nil, errors.New("psp client: BaseURL does not parse as a URL")
 	}
 	if (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, fmt.Errorf("psp client: BaseURL %q: must be an absolute http or https URL", cfg.BaseURL)
+		return nil, fmt.Errorf("psp client: BaseURL %q: must be an absolute http or https URL", RedactURL(cfg.BaseURL))
 	}
 	switch {
 	case cfg.AttemptTimeout < 0:
@@ -182,7 +183,7 @@ func (c *Client) Lookup(ctx context.Context, reference string) ([]Authorization,
 	}
 	for _, a := range list {
 		if err := checkAuthorization(a, reference); err != nil {
-			return nil, fmt.Errorf("lookup %s: %w: %w", reference, ErrUnavailable, err)
+			return nil, fmt.Errorf("lookup %s: %w", reference, malformed(err))
 		}
 	}
 	return list, nil
@@ -194,24 +195,34 @@ func (c *Client) lookup(ctx context.Context, endpoint, reference string, list an
 	if reference == "" {
 		return errors.New("lookup: reference is required")
 	}
-	u := endpoint + "?" + url.Values{"reference": {reference}}.Encode()
-	ans := c.do(ctx, http.MethodGet, u, "", nil)
-	if ans.err == nil && ans.status != http.StatusOK {
-		ans.err = fmt.Errorf("status %d: %s", ans.status, snippet(ans.body))
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return fmt.Errorf("lookup %s: %w", reference, err)
 	}
-	if ans.err != nil {
+	// Added to the query the base URL may have, not appended after it.
+	q := u.Query()
+	q.Set("reference", reference)
+	u.RawQuery = q.Encode()
+	ans := c.do(ctx, http.MethodGet, u.String(), "", nil)
+	if ans.err != nil || ans.status != http.StatusOK {
 		return fmt.Errorf("lookup %s: %w", reference, ans.unknown(ctx))
 	}
 	var page struct {
 		Data json.RawMessage `json:"data"`
 	}
 	if err := json.Unmarshal(ans.body, &page); err != nil || len(page.Data) == 0 || page.Data[0] != '[' {
-		return fmt.Errorf("lookup %s: %w: %w: not a list: %s", reference, ErrUnavailable, errMalformed, snippet(ans.body))
+		return fmt.Errorf("lookup %s: %w", reference, malformed(fmt.Errorf("%w: not a list: %s", errMalformed, snippet(ans.body))))
 	}
 	if err := json.Unmarshal(page.Data, list); err != nil {
-		return fmt.Errorf("lookup %s: %w: %w: %w", reference, ErrUnavailable, errMalformed, err)
+		return fmt.Errorf("lookup %s: %w", reference, malformed(fmt.Errorf("%w: %w", errMalformed, err)))
 	}
 	return nil
+}
+
+// malformed is the unknown outcome of an answer that is not what the PSP's
+// API promises (cause wraps errMalformed).
+func malformed(cause error) *Failure {
+	return &Failure{Class: ClassUnknown, Public: ReasonMalformed, Err: fmt.Errorf("%w: %w", ErrUnavailable, cause)}
 }
 
 // answer is one HTTP exchange, before it is classified.
@@ -222,10 +233,12 @@ type answer struct {
 	err        error // sending, or reading the whole answer
 }
 
-// unknown is the error of an exchange whose outcome is unknown. A canceled
-// ctx is the caller leaving, which says nothing about the PSP, so it is not
-// ErrUnavailable; a deadline is the PSP not answering in time, so it is.
-func (a answer) unknown(ctx context.Context) error {
+// unknown is the error of an exchange whose outcome is unknown: a
+// *Failure whose public words are classified from the exchange (status and
+// error), never from the text of its error. A canceled ctx is the caller
+// leaving, which says nothing about the PSP, so it is not ErrUnavailable; a
+// deadline is the PSP not answering in time, so it is.
+func (a answer) unknown(ctx context.Context) *Failure {
 	cause := a.err
 	if cause == nil {
 		cause = fmt.Errorf("status %d: %s", a.status, snippet(a.body))
@@ -237,9 +250,10 @@ func (a answer) unknown(ctx context.Context) error {
 		}
 		// %v: the exchange's error must not make a cancellation look like
 		// a PSP failure.
-		return fmt.Errorf("%w (%v)", err, cause)
+		return &Failure{Class: ClassUnknown, Public: ReasonInterrupted, Err: fmt.Errorf("%w (%v)", err, cause)}
 	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	return &Failure{Class: ClassUnknown, Public: publicReason(ctx, ClassUnknown, a.status, a.err),
+		Err: fmt.Errorf("%w: %w", ErrUnavailable, cause)}
 }
 
 // do makes one request, reading the whole answer inside AttemptTimeout, so
@@ -269,7 +283,12 @@ func (c *Client) do(ctx context.Context, method, u, key string, body []byte) ans
 
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return answer{err: err}
+		// net/http's *url.Error quotes the URL with its query and user
+		// name: the raw cause names the PSP by its redacted URL instead.
+		if uerr, ok := errors.AsType[*url.Error](err); ok {
+			err = uerr.Err
+		}
+		return answer{err: fmt.Errorf("%s %s: %w", method, RedactURL(u), err)}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
@@ -311,25 +330,6 @@ func checkAuthorization(auth Authorization, reference string) error {
 		return fmt.Errorf("%w: authorization %s is for %q, not %q", errMalformed, auth.ID, auth.Reference, reference)
 	}
 	return nil
-}
-
-// reason extracts the PSP's explanation from an error body: the message of
-// {"error": {"code", "message"}}, as the mock (and most PSPs) answer, or
-// else the body itself, shortened.
-func reason(raw []byte) string {
-	var e struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
-		if e.Error.Code != "" {
-			return e.Error.Code + ": " + e.Error.Message
-		}
-		return e.Error.Message
-	}
-	return snippet(raw)
 }
 
 // snippet keeps error messages one short line even when the PSP answers

@@ -1,6 +1,7 @@
 package psp
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -141,7 +142,7 @@ func (c *Client) LookupOperations(ctx context.Context, kind OperationKind, refer
 	}
 	for _, op := range list {
 		if err := checkOperation(op, kind, reference); err != nil {
-			return nil, fmt.Errorf("lookup %s: %w: %w", reference, ErrUnavailable, err)
+			return nil, fmt.Errorf("lookup %s: %w", reference, malformed(err))
 		}
 	}
 	return list, nil
@@ -178,17 +179,19 @@ func finishOutcome(ctx context.Context, out Outcome, ans answer) (Outcome, error
 		if out.Declined() {
 			return out, nil
 		}
-		out.Reason = reason(ans.body)
-		return out, fmt.Errorf("%w: status %d: %s", ErrRejected, ans.status, out.Reason)
+		f := newFailure(ctx, out.Class, ans.status, fmt.Errorf("%w: status %d: %s", ErrRejected, ans.status, snippet(ans.body)))
+		out.Reason = cmp.Or(pspReason(ans.body), f.Public)
+		return out, f
 	case ClassBusy:
 		out.RetryAfter = ans.retryAfter
-		out.Reason = reason(ans.body)
-		return out, fmt.Errorf("%w: status %d: %s", ErrBusy, ans.status, out.Reason)
+		f := newFailure(ctx, out.Class, ans.status, fmt.Errorf("%w: status %d: %s", ErrBusy, ans.status, snippet(ans.body)))
+		out.Reason = cmp.Or(pspReason(ans.body), f.Public)
+		return out, f
 	default:
 		out.Authorization, out.Operation = Authorization{}, Operation{}
-		err := ans.unknown(ctx)
-		out.Reason = err.Error()
-		return out, err
+		f := ans.unknown(ctx)
+		out.Reason = f.Public
+		return out, f
 	}
 }
 

@@ -456,7 +456,11 @@ func TestFinalFailureIsNeverResent(t *testing.T) {
 		}))
 		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
 		require.ErrorIs(t, err, ErrRejected)
-		require.Equal(t, "no such payment method", out.Reason)
+		// A body without the PSP's reason field is never the reason (a
+		// tenant reads it in the 402): the public words stand in, and the
+		// body is in the raw cause, for operators.
+		require.Equal(t, "PSP refused the request (404)", out.Reason)
+		require.ErrorContains(t, err, "no such payment method")
 	})
 }
 

@@ -2,6 +2,7 @@ package reaper_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -73,7 +74,8 @@ func TestReaperLeasesOnlyWhatItDrives(t *testing.T) {
 	)
 	runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for range 2 {
+	var errs [2]error // each reaper's, asserted on this goroutine
+	for i := range errs {
 		pool := testdb.Pool(t, b.URL, time.Time{})
 		svc := chargestest.NewService(t, pool, b.Keys, client, phases.Config{})
 		r, err := reaper.New(pool, b.Keys, svc, reaper.Config{BatchSize: n, Parallelism: 4})
@@ -84,12 +86,18 @@ func TestReaperLeasesOnlyWhatItDrives(t *testing.T) {
 				if runCtx.Err() != nil {
 					return
 				}
-				require.NoError(t, err)
+				if err != nil {
+					errs[i] = err
+					return
+				}
 				mu.Lock()
 				completed += res.Completed
 				mu.Unlock()
 				var started int
-				require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE state = 'started'`).Scan(&started))
+				if err := b.Pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE state = 'started'`).Scan(&started); err != nil {
+					errs[i] = err
+					return
+				}
 				if started == 0 {
 					return
 				}
@@ -98,6 +106,7 @@ func TestReaperLeasesOnlyWhatItDrives(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	require.NoError(t, errors.Join(errs[:]...))
 	require.NoError(t, runCtx.Err(), "the reapers did not finish the keys")
 
 	for i := range n {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/phasepay/phasepay/internal/envconfig"
+	"github.com/phasepay/phasepay/internal/psp"
 )
 
 // DefaultName is the PSP's name when PSP_URL gives the only one.
@@ -196,10 +197,11 @@ func checkURL(v string, embedded bool) error {
 	}
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		// Quoted without credentials or query: the reason is printed.
 		if embedded {
-			return fmt.Errorf("%q is not an http(s) URL or %q", v, Embedded)
+			return fmt.Errorf("%q is not an http(s) URL or %q", psp.RedactURL(v), Embedded)
 		}
-		return fmt.Errorf("%q is not an http(s) URL", v)
+		return fmt.Errorf("%q is not an http(s) URL", psp.RedactURL(v))
 	}
 	return nil
 }

@@ -1,13 +1,8 @@
 package webhooks
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
-	"net"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,14 +55,28 @@ SELECT attempts, state, extract(epoch FROM age)::float8 FROM u`
 // attempt sends one delivery and records the outcome.
 func (d *Deliverer) attempt(ctx context.Context, dl delivery) {
 	start := time.Now()
-	status, errText := d.send(ctx, dl)
+	status, cause := d.send(ctx, dl)
 	latency := time.Since(start)
-	ok := errText == ""
+	ok := cause == nil && status >= 200 && status <= 299
+	errText := ""
+	if !ok {
+		errText = attemptError(status, cause, d.cfg.Timeout)
+	}
 	res := Result{EventID: dl.EventID, EndpointID: dl.EndpointID, StatusCode: status, Err: errText}
 	var age float64
 	err := d.pool.QueryRow(ctx, recordSQL, dl.TenantID, dl.EventID, dl.EndpointID, dl.EventCreatedAt, dl.LockVersion,
 		errText, ok, d.cfg.RetryBase.Microseconds(), d.cfg.RetryMax.Microseconds(), d.cfg.GiveUpAfter.Microseconds(),
 		start, status, latency.Milliseconds()).Scan(&res.Attempt, &res.State, &age)
+	if !ok {
+		// The tenant reads errText; the raw cause (which may name the
+		// address dialled or the resolver) is the operator's. Never the
+		// URL: its query may carry a token.
+		attrs := []any{"event", dl.EventID, "endpoint", dl.EndpointID, "tenant", dl.TenantID, "host", dl.Host, "error", errText}
+		if cause != nil {
+			attrs = append(attrs, "cause", cause.Error())
+		}
+		d.log.InfoContext(ctx, "webhook attempt failed", attrs...)
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		d.log.InfoContext(ctx, "webhook attempt not recorded: lease lost to another deliverer", "event", dl.EventID, "endpoint", dl.EndpointID)
@@ -85,58 +94,10 @@ func (d *Deliverer) attempt(ctx context.Context, dl delivery) {
 		case "failed":
 			d.m.failed.Add(ctx, 1, ep)
 			d.log.WarnContext(ctx, "webhook delivery given up", "event", dl.EventID, "endpoint", dl.EndpointID,
-				"attempts", res.Attempt, "error", errText)
+				"tenant", dl.TenantID, "host", dl.Host, "attempts", res.Attempt, "error", errText)
 		}
 	}
 	if d.TestAttemptDone != nil {
 		d.TestAttemptDone(res)
-	}
-}
-
-// send POSTs the event and returns the answer's status and, if the attempt
-// failed, why.
-func (d *Deliverer) send(ctx context.Context, dl delivery) (int, string) {
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dl.URL, bytes.NewReader(dl.Body))
-	if err != nil {
-		return 0, err.Error()
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "phasepay-webhooks/1")
-	req.Header.Set(SignatureHeader, Sign(dl.Secret, time.Now(), dl.Body))
-	resp, err := d.client.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, "answered " + strconv.Itoa(resp.StatusCode)
-	}
-	return resp.StatusCode, ""
-}
-
-// NewClient returns the HTTP client deliveries are sent with: no proxy
-// (a proxy would connect to the address for us, past the guard), no
-// redirects (a 3xx is not a 2xx: the attempt failed, and a redirect could
-// point anywhere), every connection checked by DialControl unless
-// allowPrivate, the whole attempt bounded by timeout.
-func NewClient(timeout time.Duration, allowPrivate bool) *http.Client {
-	dialer := &net.Dialer{Timeout: timeout}
-	if !allowPrivate {
-		dialer.Control = DialControl
-	}
-	return &http.Client{
-		Timeout: timeout,
-		Transport: &http.Transport{
-			Proxy:                 nil,
-			DialContext:           dialer.DialContext,
-			TLSHandshakeTimeout:   timeout,
-			ResponseHeaderTimeout: timeout,
-			MaxIdleConnsPerHost:   PerEndpointDefault,
-			IdleConnTimeout:       90 * time.Second,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -56,20 +55,24 @@ type DelivererConfig struct {
 	// GiveUpAfter: a delivery that has not succeeded this long after its
 	// event was written is failed at its next failed attempt. Default 72h.
 	GiveUpAfter time.Duration
-	// Parallelism is how many attempts this deliverer makes at once; no
-	// endpoint ever has more than PerEndpoint of them, so a slow or dead
-	// endpoint holds at most PerEndpoint slots and delays no other
-	// endpoint. Defaults 16 and 2.
-	Parallelism, PerEndpoint int
+	// Parallelism is how many attempts this deliverer makes at once. They
+	// are shared fairly between tenants (fair.go): a tenant has at most
+	// its share of them, so a tenant whose endpoints all hang delays no
+	// other tenant. No endpoint ever has more than PerEndpoint of them, so
+	// a slow or dead endpoint delays no other endpoint, and no host more
+	// than PerHost, shared between the tenants sending to it. Defaults 16,
+	// 2 and half of Parallelism.
+	Parallelism, PerEndpoint, PerHost int
 	// AllowPrivate (WEBHOOK_ALLOW_PRIVATE=1) lets deliveries connect to
-	// loopback, private and link-local addresses. Development only.
+	// any address: loopback, private, link-local, this host's own.
+	// Development only.
 	AllowPrivate bool
 	// Meter records the deliverer's metrics; default a no-op meter.
 	Meter metric.Meter
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Client, if set, replaces the HTTP client (tests only); it must keep
-	// the guard of DialControl unless AllowPrivate.
+	// a Guard's DialControl unless AllowPrivate.
 	Client *http.Client
 	// Retention (EVENTS_RETENTION) is how long events, deliveries and
 	// attempts are kept after their day ends; a day holding a delivery
@@ -92,9 +95,9 @@ type Deliverer struct {
 	log    *slog.Logger
 	m      instruments
 
-	mu       sync.Mutex
-	inflight map[string]int // endpoint id → attempts in flight
-	running  int
+	caps caps
+	mu   sync.Mutex
+	load *load // attempts in flight (fair.go)
 
 	lastMaintenance time.Time // touched by Run's goroutine only
 	// TestAttemptDone, if set, is called after each attempt is recorded
@@ -112,6 +115,7 @@ func NewDeliverer(pool *pgxpool.Pool, cfg DelivererConfig) (*Deliverer, error) {
 	cfg.GiveUpAfter = cmp.Or(cfg.GiveUpAfter, GiveUpAfterDefault)
 	cfg.Parallelism = cmp.Or(cfg.Parallelism, ParallelismDefault)
 	cfg.PerEndpoint = cmp.Or(cfg.PerEndpoint, PerEndpointDefault)
+	cfg.PerHost = cmp.Or(cfg.PerHost, max(1, cfg.Parallelism/2))
 	cfg.Retention = cmp.Or(cfg.Retention, events.RetentionDefault)
 	cfg.MaintenanceInterval = cmp.Or(cfg.MaintenanceInterval, time.Minute)
 	if cfg.Logger == nil {
@@ -126,8 +130,8 @@ func NewDeliverer(pool *pgxpool.Pool, cfg DelivererConfig) (*Deliverer, error) {
 	if cfg.Retention <= cfg.GiveUpAfter {
 		return nil, fmt.Errorf("webhooks: EVENTS_RETENTION %s must exceed the 3 days deliveries are retried (%s)", cfg.Retention, cfg.GiveUpAfter)
 	}
-	if cfg.Parallelism < 1 || cfg.PerEndpoint < 1 || cfg.RetryMax < cfg.RetryBase {
-		return nil, errors.New("webhooks: parallelism, per-endpoint limit and retry schedule must be positive and ordered")
+	if cfg.Parallelism < 1 || cfg.PerEndpoint < 1 || cfg.PerHost < 1 || cfg.RetryMax < cfg.RetryBase {
+		return nil, errors.New("webhooks: parallelism, per-endpoint and per-host limits and retry schedule must be positive and ordered")
 	}
 	m, err := newInstruments(cfg.Meter)
 	if err != nil {
@@ -135,9 +139,10 @@ func NewDeliverer(pool *pgxpool.Pool, cfg DelivererConfig) (*Deliverer, error) {
 	}
 	client := cfg.Client
 	if client == nil {
-		client = NewClient(cfg.Timeout, cfg.AllowPrivate)
+		client = NewClient(cfg.Timeout, NewGuard(cfg.AllowPrivate))
 	}
-	return &Deliverer{cfg: cfg, pool: pool, client: client, log: cfg.Logger, m: m, inflight: map[string]int{}}, nil
+	return &Deliverer{cfg: cfg, pool: pool, client: client, log: cfg.Logger, m: m, load: newLoad(),
+		caps: caps{parallelism: cfg.Parallelism, perHost: cfg.PerHost, perEndpoint: cfg.PerEndpoint}}, nil
 }
 
 // Run delivers until ctx ends, then waits for the attempts in flight
@@ -213,117 +218,3 @@ func (d *Deliverer) listen(ctx context.Context, wake chan<- struct{}) {
 		}
 	}
 }
-
-// claimSQL takes up to $1 due deliveries, oldest due first, skipping rows
-// another deliverer holds (SKIP LOCKED, and the lease re-checked against
-// the row's latest version) and the endpoints this deliverer already
-// sends PerEndpoint attempts to ($3). lock_version + 1 is the new holder's
-// fencing token; the lease covers one attempt and its record.
-const claimSQL = `
-WITH due AS (
-    SELECT tenant_id, event_id, endpoint_id, event_created_at
-      FROM webhook_deliveries
-     WHERE state = 'pending'
-       AND ` + dueAtExpr + ` <= phasepay_now()
-       AND NOT (endpoint_id = ANY ($3::text[]))
-     ORDER BY ` + dueAtExpr + `
-     LIMIT $1
-       FOR UPDATE SKIP LOCKED
-)
-UPDATE webhook_deliveries d
-   SET lock_version = d.lock_version + 1,
-       locked_until = phasepay_now() + $2 * interval '1 microsecond'
-  FROM due, events e, webhook_endpoints w
- WHERE d.tenant_id = due.tenant_id AND d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
-   AND d.event_created_at = due.event_created_at
-   AND e.tenant_id = d.tenant_id AND e.id = d.event_id AND e.created_at = d.event_created_at
-   AND w.tenant_id = d.tenant_id AND w.id = d.endpoint_id
-RETURNING d.tenant_id, d.event_id, d.event_created_at, d.endpoint_id, d.lock_version, d.attempts,
-          e.body, w.url, w.secret`
-
-// dueAtExpr is when a pending delivery may be taken: its next attempt due
-// and no live lease. Spelled as the index webhook_deliveries_due.
-const dueAtExpr = `greatest(next_attempt_at, coalesce(locked_until, '-infinity'::timestamptz))`
-
-type delivery struct {
-	TenantID       int64
-	EventID        string
-	EventCreatedAt time.Time
-	EndpointID     string
-	LockVersion    int64
-	Attempts       int
-	Body           []byte
-	URL, Secret    string
-}
-
-// RunOnce takes as many due deliveries as there are free slots and starts
-// their attempts (in wg); it returns how many it started. Each attempt
-// signals wake when it ends, so a freed slot is filled at once.
-func (d *Deliverer) RunOnce(ctx context.Context, wg *sync.WaitGroup, wake chan<- struct{}) (int, error) {
-	started := 0
-	for {
-		d.mu.Lock()
-		free := d.cfg.Parallelism - d.running
-		saturated := []string{}
-		for id, n := range d.inflight {
-			if n >= d.cfg.PerEndpoint {
-				saturated = append(saturated, id)
-			}
-		}
-		d.mu.Unlock()
-		if free <= 0 {
-			return started, nil
-		}
-		rows, err := d.pool.Query(ctx, claimSQL, free, d.cfg.Lease.Microseconds(), saturated)
-		if err != nil {
-			return started, fmt.Errorf("claim deliveries: %w", err)
-		}
-		claimed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[delivery])
-		if err != nil {
-			return started, fmt.Errorf("claim deliveries: %w", err)
-		}
-		for _, dl := range claimed {
-			d.mu.Lock()
-			over := d.inflight[dl.EndpointID] >= d.cfg.PerEndpoint
-			if !over {
-				d.inflight[dl.EndpointID]++
-				d.running++
-			}
-			d.mu.Unlock()
-			if over {
-				// One batch took more of an endpoint's deliveries than
-				// its slots: hand the extra back, as it was.
-				if _, err := d.pool.Exec(ctx, unclaimSQL, dl.TenantID, dl.EventID, dl.EndpointID, dl.EventCreatedAt, dl.LockVersion); err != nil {
-					d.log.WarnContext(ctx, "could not hand back a delivery (its lease will run out)", "error", err.Error())
-				}
-				continue
-			}
-			started++
-			wg.Go(func() {
-				defer func() {
-					d.mu.Lock()
-					if d.inflight[dl.EndpointID]--; d.inflight[dl.EndpointID] == 0 {
-						delete(d.inflight, dl.EndpointID)
-					}
-					d.running--
-					d.mu.Unlock()
-					select {
-					case wake <- struct{}{}:
-					default:
-					}
-				}()
-				// An attempt under way finishes and is recorded even at
-				// shutdown: it is bounded by Timeout.
-				d.attempt(context.WithoutCancel(ctx), dl)
-			})
-		}
-		if len(claimed) < free {
-			return started, nil
-		}
-	}
-}
-
-// unclaimSQL gives back a delivery taken but not attempted.
-const unclaimSQL = `
-UPDATE webhook_deliveries SET locked_until = NULL
- WHERE tenant_id = $1 AND event_id = $2 AND endpoint_id = $3 AND event_created_at = $4 AND lock_version = $5`

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,9 @@ var (
 	// ErrInvalid: the endpoint's URL or event list is not acceptable; the
 	// error's text says why (400 invalid_request).
 	ErrInvalid = errors.New("invalid webhook endpoint")
+	// ErrLimitReached: the tenant has MaxEndpoints live endpoints already
+	// (400 endpoint_limit_reached).
+	ErrLimitReached = errors.New("webhook endpoint limit reached")
 )
 
 // Endpoint is a tenant's webhook endpoint. Secret is set only in the
@@ -38,10 +42,15 @@ type Endpoint struct {
 	CreatedAt time.Time
 }
 
-// Limits of an endpoint, published in api/openapi.yaml.
+// Limits of an endpoint, published in api/openapi.yaml, and how many live
+// endpoints a tenant may have (as Stripe allows): enough for any receiver
+// layout, and a bound on what one tenant can make phasepay send (16
+// endpoints, even all on one third party's URL, are at most 16 signed
+// POSTs per event).
 const (
 	MaxURLLength = 2048
 	MaxEvents    = 16
+	MaxEndpoints = 16
 )
 
 // SecretPrefix starts every signing secret.
@@ -75,20 +84,58 @@ func ValidateEvents(list []string) ([]string, error) {
 	return out, nil
 }
 
-const createSQL = `
-INSERT INTO webhook_endpoints (tenant_id, id, url, events, secret)
-VALUES ($1, $2, $3, $4, $5)
-RETURNING created_at`
+// createSQL stores an endpoint in the lowest of the tenant's MaxEndpoints
+// slots that no live endpoint holds. The limit is the database's, not a
+// count made before an insert: the unique index webhook_endpoints_slot
+// (tenant_id, slot) WHERE deleted_at IS NULL, and the CHECK that slot is
+// 1 to 16 (migrations/00018), let no two live endpoints of a tenant share
+// a slot, however many creations run at once. Two creations that both saw
+// slot n free: the second one's insert waits for the first's transaction
+// and then does nothing (ON CONFLICT), and Create tries again in a new
+// snapshot (READ COMMITTED), which sees slot n taken. free is false when
+// every slot is taken: the limit is reached. DELETE frees the slot
+// (deleted_at set).
+var createSQL = `
+WITH free AS (
+    SELECT s.slot FROM generate_series(1, ` + strconv.Itoa(MaxEndpoints) + `) AS s (slot)
+     WHERE NOT EXISTS (SELECT FROM webhook_endpoints w
+                        WHERE w.tenant_id = $1 AND w.slot = s.slot AND w.deleted_at IS NULL)
+     ORDER BY s.slot
+     LIMIT 1
+), ins AS (
+    INSERT INTO webhook_endpoints (tenant_id, id, url, events, secret, slot)
+    SELECT $1, $2, $3, $4, $5, free.slot FROM free
+        ON CONFLICT (tenant_id, slot) WHERE deleted_at IS NULL DO NOTHING
+    RETURNING created_at
+)
+SELECT EXISTS (SELECT FROM free), (SELECT created_at FROM ins)`
 
-// Create stores a new endpoint and returns it with its secret. url and
-// list must have been checked (CheckURL, ValidateEvents).
-func Create(ctx context.Context, q events.DBTX, tenantID int64, url string, list []string) (Endpoint, error) {
-	ep := Endpoint{TenantID: tenantID, ID: "we_" + randomHex(12), URL: url, Events: list,
+// Create stores a new endpoint and returns it with its secret, or
+// ErrLimitReached if the tenant has MaxEndpoints live endpoints. rawURL
+// and list must have been checked (ParseURL, Guard.CheckHost,
+// ValidateEvents). q is best the transaction of the request's
+// idempotency key, in READ COMMITTED.
+func Create(ctx context.Context, q events.DBTX, tenantID int64, rawURL string, list []string) (Endpoint, error) {
+	ep := Endpoint{TenantID: tenantID, ID: "we_" + randomHex(12), URL: rawURL, Events: list,
 		Secret: SecretPrefix + randomHex(24)}
-	if err := q.QueryRow(ctx, createSQL, tenantID, ep.ID, url, list, ep.Secret).Scan(&ep.CreatedAt); err != nil {
-		return Endpoint{}, fmt.Errorf("create webhook endpoint: %w", err)
+	// Each lost race is a slot another creation took: at most MaxEndpoints.
+	for range MaxEndpoints + 1 {
+		var (
+			free    bool
+			created pgtype.Timestamptz
+		)
+		if err := q.QueryRow(ctx, createSQL, tenantID, ep.ID, rawURL, list, ep.Secret).Scan(&free, &created); err != nil {
+			return Endpoint{}, fmt.Errorf("create webhook endpoint: %w", err)
+		}
+		if !free {
+			return Endpoint{}, fmt.Errorf("create webhook endpoint: %w (%d)", ErrLimitReached, MaxEndpoints)
+		}
+		if created.Valid {
+			ep.CreatedAt = created.Time
+			return ep, nil
+		}
 	}
-	return ep, nil
+	return Endpoint{}, fmt.Errorf("create webhook endpoint: no slot after %d tries", MaxEndpoints+1)
 }
 
 const endpointColumns = `tenant_id, id, url, events, created_at`

@@ -44,6 +44,21 @@ func Backlog(ctx context.Context, q events.DBTX) (BacklogStats, error) {
 	return b, nil
 }
 
+// tenantBacklogSQL is backlogSQL for one tenant, read along
+// webhook_deliveries_tenant_due.
+const tenantBacklogSQL = backlogSQL + ` AND tenant_id = $1`
+
+// TenantBacklog measures what waits to be delivered to one tenant's
+// endpoints: while another tenant's endpoints all hang, its own backlog
+// stays near zero (the chaos harness checks it).
+func TenantBacklog(ctx context.Context, q events.DBTX, tenantID int64) (BacklogStats, error) {
+	var b BacklogStats
+	if err := q.QueryRow(ctx, tenantBacklogSQL, tenantID).Scan(&b.Pending, &b.OldestAge, &b.DueDelay); err != nil {
+		return BacklogStats{}, fmt.Errorf("webhook backlog of tenant %d: %w", tenantID, err)
+	}
+	return b, nil
+}
+
 func (d *Deliverer) backlog(ctx context.Context) {
 	b, err := Backlog(ctx, d.pool)
 	if err != nil {
