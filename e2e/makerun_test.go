@@ -156,7 +156,7 @@ func TestMakeRunShowsATakeover(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		require.NoError(t, json.Unmarshal([]byte(runCmd(t, "api", cli, "requests", "show", "dev", "tour-1", "--json")), &shown))
-		return shown.State == "done"
+		return shown.State == "completed"
 	}, 30*time.Second, 200*time.Millisecond, "the reaper never finished the charge")
 	var holders []string // roles in turn
 	for _, e := range shown.Timeline {
