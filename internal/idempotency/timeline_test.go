@@ -107,7 +107,7 @@ func TestTimelineRecordsEveryChange(t *testing.T) {
 		"the next attempt the release set")
 	require.Equal(t, idempotency.RoleReaper, e[4].By)
 	require.Equal(t, 201, e[5].ResponseStatus)
-	require.Equal(t, h.ID.Key, "life")
+	require.Equal(t, "life", h.ID.Key)
 }
 
 // A key given up (needs_attention) has no next attempt, and its released
