@@ -59,6 +59,7 @@ type Main struct {
 	mockPSPURL  string
 	ready       chan struct{}
 	auth        *tenants.Authenticator
+	pool        *pgxpool.Pool
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
@@ -81,6 +82,9 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
+	m.mu.Lock()
+	m.pool = pool
+	m.mu.Unlock()
 	stopCheck, err := m.checkPartitions(ctx, pool)
 	if err != nil {
 		return err
@@ -282,6 +286,14 @@ func (m *Main) Addr(ctx context.Context) (string, error) {
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}
+}
+
+// dbPool returns the pool Run opened (tests only: they act on the api's
+// own connections, as a pooler or an operator would).
+func (m *Main) dbPool() *pgxpool.Pool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pool
 }
 
 // MockPSP returns the in-process mock PSP, if Run started one.

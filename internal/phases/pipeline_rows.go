@@ -31,7 +31,7 @@ func (r *pipeRows) Close() {
 		err = cerr
 	}
 	if err != nil && r.tx.err == nil {
-		r.tx.err = idempotency.TranslateError(err)
+		r.tx.err = idempotency.TranslateError(r.tx.note(err))
 	}
 }
 
@@ -78,7 +78,7 @@ type pipeBatchResults struct {
 }
 
 func (r *pipeBatchResults) Close() error {
-	err := idempotency.TranslateError(r.BatchResults.Close())
+	err := idempotency.TranslateError(r.tx.note(r.BatchResults.Close()))
 	if err != nil && r.tx.err == nil {
 		r.tx.err = err
 	}
