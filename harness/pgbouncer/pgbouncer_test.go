@@ -3,7 +3,7 @@ package pgbouncer_test
 import (
 	"context"
 	"testing"
-	
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
