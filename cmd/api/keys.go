@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/tenants"
 )
 
@@ -156,6 +157,7 @@ func withConn(ctx context.Context, cfg Config, f func(ctx context.Context, conn 
 	if err != nil {
 		return err
 	}
+	dbpool.RegisterExecTypes(conn)
 	defer conn.Close(context.WithoutCancel(ctx))
 	return f(ctx, conn)
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/harness/testdb"
 )
 
 // statementLoad drives a running api with a few workers, each living one
@@ -211,4 +213,33 @@ func TestColumnTypeChangeRecovers(t *testing.T) {
 		_, err = conn.Exec(ctx, "ALTER TABLE charges ALTER COLUMN payment_method TYPE varchar(200)")
 		require.NoError(t, err)
 	})
+}
+
+// Behind a transaction pooler no startup parameter carries the timeouts:
+// serve refuses to start, in one line, until `api migrate` made them the
+// database's defaults, and migrate itself needs DATABASE_DIRECT_URL.
+// (Pitfall 67; the pooler itself is not needed to show it: without startup
+// parameters a direct session runs without timeouts just the same.)
+func TestServeBehindAPoolerNeedsTheSettings(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.NewURL(t)
+	env := map[string]string{"DATABASE_URL": dbURL, "DATABASE_POOLER": "transaction", "API_ADDR": "127.0.0.1:0",
+		"MOCKPSP_ADDR": "127.0.0.1:0", "PSP_URL": PSPEmbedded}
+	code, _, stderr := runWithin(t, 30*time.Second, []string{"serve"}, env)
+	require.Equal(t, 1, code, "stderr: %s", stderr)
+	require.Contains(t, stderr, "statement_timeout is off")
+	require.Contains(t, stderr, "api migrate")
+
+	code, _, stderr = runWithin(t, time.Minute, []string{"migrate"}, env)
+	require.Equal(t, 2, code, "stderr: %s", stderr)
+	require.Contains(t, stderr, "DATABASE_DIRECT_URL")
+
+	env["DATABASE_DIRECT_URL"] = dbURL
+	code, _, stderr = runWithin(t, time.Minute, []string{"migrate"}, env)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	var timeout string
+	require.NoError(t, testdb.Pool(t, dbURL, time.Time{}).QueryRow(t.Context(),
+		`SELECT setting FROM pg_db_role_setting s, unnest(s.setconfig) setting
+		  WHERE s.setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database()) AND setting LIKE 'statement_timeout=%'`).Scan(&timeout))
+	require.Equal(t, "statement_timeout=5000", timeout)
 }

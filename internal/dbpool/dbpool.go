@@ -66,6 +66,7 @@ const (
 // their own pools call it.
 func ConfigurePool(cfg *pgxpool.Config, connString string) {
 	Configure(cfg.ConnConfig, connString, PoolerNone)
+	cfg.AfterConnect = registerExecTypes
 }
 
 // OpenPool opens a pool on db.URL whose queries are traced, configured for

@@ -100,12 +100,7 @@ func (c Config) PoolConfig() (*pgxpool.Config, error) {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	Configure(cfg.ConnConfig, c.URL, c.Pooler)
-	if c.Pooler == PoolerTransaction {
-		cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
-			RegisterExecTypes(conn)
-			return nil
-		}
-	}
+	cfg.AfterConnect = registerExecTypes
 	// pgxpool's default (4 connections on 2 cores) caps the transactions in
 	// flight, and with them group commit; unless DATABASE_URL says
 	// otherwise (pool_max_conns), allow as many as a busy API has requests.
@@ -160,14 +155,19 @@ func Configure(cfg *pgx.ConnConfig, connString string, pooler Pooler) {
 }
 
 // RegisterExecTypes tells conn the PostgreSQL type of the Go types
-// phasepay passes whose type pgx's exec mode cannot infer: it sends
-// parameters as text, typed by their Go type alone, and a
-// map[string]string could be json or hstore. (Modes that describe a
-// statement first learn it from the server.) PoolConfig registers them on
-// every connection behind a transaction pooler; a single connection made
-// from ConnConfig needs this call.
+// phasepay passes whose type pgx's exec and simple_protocol modes cannot
+// infer: they send parameters as text, typed by their Go type alone, and a
+// map[string]string could be json or hstore. (The other modes describe a
+// statement first and learn it from the server; there the registration is
+// never consulted.) PoolConfig and ConfigurePool register them on every
+// connection; a single connection made from ConnConfig needs this call.
 func RegisterExecTypes(conn *pgx.Conn) {
 	conn.TypeMap().RegisterDefaultPgType(map[string]string(nil), "jsonb")
+}
+
+func registerExecTypes(_ context.Context, conn *pgx.Conn) error {
+	RegisterExecTypes(conn)
+	return nil
 }
 
 // urlParam returns the value of a parameter of a URL or keyword=value
