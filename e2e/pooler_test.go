@@ -183,7 +183,9 @@ func (c *poolerCluster) claims(t *testing.T, baseA, baseB string) {
 	var wg sync.WaitGroup
 	statuses := make(chan int, 8)
 	for i := range 8 {
-		wg.Go(func() { statuses <- c.call([]string{baseA, baseB}[i%2], http.MethodPost, "/v1/charges", "dup", visa).status })
+		wg.Go(func() {
+			statuses <- c.call([]string{baseA, baseB}[i%2], http.MethodPost, "/v1/charges", "dup", visa).status
+		})
 	}
 	wg.Wait()
 	close(statuses)
