@@ -181,16 +181,22 @@ func (c *poolerCluster) claims(t *testing.T, baseA, baseB string) {
 	}
 	// Concurrent duplicates: one charge.
 	var wg sync.WaitGroup
-	statuses := make(chan int, 8)
+	type result struct {
+		resp response
+		err  error
+	}
+	results := make(chan result, 8)
 	for i := range 8 {
 		wg.Go(func() {
-			statuses <- c.call([]string{baseA, baseB}[i%2], http.MethodPost, "/v1/charges", "dup", visa).status
+			resp, err := post(context.Background(), []string{baseA, baseB}[i%2], c.apiKey, "dup", visa)
+			results <- result{resp, err}
 		})
 	}
 	wg.Wait()
-	close(statuses)
-	for s := range statuses {
-		require.Contains(t, []int{http.StatusCreated, http.StatusConflict}, s)
+	close(results)
+	for r := range results {
+		require.NoError(t, r.err)
+		require.Contains(t, []int{http.StatusCreated, http.StatusConflict}, r.resp.status, "%s", r.resp.body)
 	}
 	require.Len(t, c.charges("dup"), 1)
 }
