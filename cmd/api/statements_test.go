@@ -128,7 +128,12 @@ func (l *statementLoad) requireRecovered(t *testing.T) {
 func statementsForgotten(t *testing.T, change func(ctx context.Context, b *testBundle, m *Main)) {
 	t.Helper()
 	var m *Main
-	b := setup(t, func(mm *Main) { m = mm })
+	b := setup(t, func(mm *Main) {
+		m = mm
+		// The shared test server has 100 connections for every package
+		// running at once: as many as the load keeps busy, and a few more.
+		m.Config.DatabaseURL += "&pool_max_conns=8"
+	})
 	load, stop := startStatementLoad(t, b, 6)
 	defer stop()
 	time.Sleep(500 * time.Millisecond) // every worker has prepared its statements

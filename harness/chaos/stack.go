@@ -116,8 +116,9 @@ func (s *stack) openDatabase(ctx context.Context) error {
 }
 
 // poolerSize is the pooler's server connections: far fewer than the
-// processes' pools (32 each), as in a deployment behind a pooler.
-const poolerSize = 20
+// processes' pools (32 each), as in a deployment behind a pooler, and
+// few enough for the shared test server's 100 connections.
+const poolerSize = 10
 
 // startPooler puts the pooler in front of the run's database, if asked
 // to; closed before the database goes (cleanups run in reverse).
