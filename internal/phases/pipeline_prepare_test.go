@@ -23,10 +23,8 @@ func onePool(t *testing.T, params string) *pgxpool.Pool {
 // readTenants is a pipelined transaction with a read (an explicit
 // transaction) and a queued statement.
 func readTenants(ctx context.Context, pool *pgxpool.Pool) error {
-	return inPipeTx(ctx, pool, func(tx *pipeTx) error {
-		if _, err := tx.Exec(ctx, `SELECT count(*) FROM charges WHERE tenant_id = $1`, int64(1)); err != nil {
-			return err
-		}
+	return inPipeTx(ctx, pool, func(tx *Tx) error {
+		tx.Queue(`SELECT count(*) FROM charges WHERE tenant_id = $1`, int64(1))
 		var name *string
 		return tx.QueryRow(ctx, `SELECT (SELECT name FROM tenants WHERE id > $1 LIMIT 1)`, int64(0)).Scan(&name)
 	})
@@ -80,9 +78,9 @@ func TestPipelineHonoursExecMode(t *testing.T) {
 			pool := onePool(t, "&default_query_exec_mode="+mode)
 			require.NoError(t, readTenants(ctx, pool))
 			// Replayed: a failed implicit transaction, then a good one.
-			err := inPipeTx(ctx, pool, func(tx *pipeTx) error {
-				_, err := tx.Exec(ctx, `SELECT phasepay_fence(0, $1)`, "test")
-				return err
+			err := inPipeTx(ctx, pool, func(tx *Tx) error {
+				tx.Queue(`SELECT phasepay_fence(0, $1)`, "test")
+				return nil
 			})
 			require.Error(t, err)
 			require.NoError(t, readTenants(ctx, pool))

@@ -12,8 +12,8 @@ import (
 
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/harness/pgbouncer"
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/dbpool"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/reaper"
 )
 
@@ -44,7 +44,7 @@ func TestPartitionMaintenanceBehindATransactionPooler(t *testing.T) {
 	}
 	newReaper := func() *reaper.Reaper {
 		pool := pooled()
-		r, err := reaper.New(pool, b.Keys, chargestest.NewService(t, pool, b.Keys, b.PSP, charges.Config{}),
+		r, err := reaper.New(pool, b.Keys, chargestest.NewService(t, pool, b.Keys, b.PSP, phases.Config{}),
 			reaper.Config{Pooled: true, MaintenanceTimeout: 10 * time.Second})
 		require.NoError(t, err)
 		return r
