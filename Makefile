@@ -12,7 +12,7 @@ BINARIES := bin/api bin/reaper bin/mockpsp
 # not reach into it, so every target names it too.
 CLIENT := github.com/phasepay/phasepay/client/...
 
-.PHONY: all build run test fuzz vet lint pg pg-test chaos bench clean
+.PHONY: all build run test fuzz vet lint pg pg-test pgbouncer chaos bench clean
 
 all: build
 
@@ -33,12 +33,19 @@ pg:
 pg-test:
 	@scripts/ensure-postgres "$${TEST_DATABASE_URL:-$$DATABASE_URL}"
 
+# pgbouncer: the tests, chaos and bench steps that put a transaction pooler
+# in front of PostgreSQL start throw-away pgbouncers of their own
+# (harness/pgbouncer); this installs Debian's package when it is missing,
+# on CI's clean machine too.
+pgbouncer:
+	@scripts/install-pgbouncer
+
 ## run: migrate, create a dev API key, run api (with the embedded mock PSP) and reaper
 run: build pg
 	@scripts/run-dev
 
 ## test: every test against a real PostgreSQL, with -race, plus vet, lint and a short fuzz of the parsers and of every route's parameters
-test: pg-test vet lint
+test: pg-test pgbouncer vet lint
 	$(GO) test -race -count=1 -timeout 9m ./... $(CLIENT)
 	$(MAKE) --no-print-directory fuzz
 
@@ -66,7 +73,7 @@ chaos: pg
 	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 1000 -psps 3 -db-restarts 1 -json bench/results/chaos-routing.json
 
 ## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/ and draws the plots of docs/benchmarks.md (docs/benchmarks/*.svg)
-bench: build pg
+bench: build pg pgbouncer
 	$(GO) run ./harness/cmd/bench
 
 ## compose-up: the whole stack in containers (postgres, migrate, 2 api behind nginx on :8080, 2 reapers, mockpsp, otel-collector, prometheus :9090, grafana :3000); see deploy/README.md

@@ -125,6 +125,15 @@ type Config struct {
 	// PSPs, above 1, routes between that many mock PSPs (routing.go), one
 	// of them down, refusing or dropping answers for stretches. Default 1.
 	PSPs int
+	// Pooler puts a PgBouncer in transaction mode (harness/pgbouncer)
+	// between the api workers and reapers and the database: they run with
+	// DATABASE_POOLER=transaction, the even-numbered ones with a direct
+	// connection for LISTEN (DATABASE_DIRECT_URL), the odd ones polling.
+	// The harness's own checks read the database directly. With database
+	// restarts, the pooler stays up and reconnects; a reaper's recovery is
+	// then seen by the reaper probe alone (its connections are the
+	// pooler's, not its own, in pg_stat_activity).
+	Pooler bool
 }
 
 func (c *Config) defaults() {

@@ -19,6 +19,11 @@ func (h *harness) injectFaults(ctx context.Context) {
 	// The database's restarts, on a schedule of their own.
 	h.db = &dbChaos{cluster: st.cluster, cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x64627273)),
 		dbURL: st.dbURL, bases: st.bases, reapers: st.reaperNames}
+	if st.pooler != nil {
+		// Behind the pooler a reaper's connections are the pooler's: the
+		// reaper probe shows the reapers recovered (Config.Pooler).
+		h.db.reapers = nil
+	}
 	h.dbDone = make(chan error, 1)
 	if st.cluster != nil {
 		go func() { h.dbDone <- h.db.run(ctx, &h.finished, h.clientsDone, cfg.Progress) }()

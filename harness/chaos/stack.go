@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/phasepay/phasepay/harness/pgbouncer"
 	"github.com/phasepay/phasepay/harness/pgcluster"
 )
 
@@ -23,6 +25,7 @@ type stack struct {
 
 	dbURL   string
 	cluster *pgcluster.Cluster // nil without database restarts
+	pooler  *pgbouncer.Bouncer // nil unless Config.Pooler
 	apiKey  string
 
 	mock   *process // the primary mock PSP
@@ -99,7 +102,7 @@ func (s *stack) openDatabase(ctx context.Context) error {
 		if s.dbURL, err = s.cluster.CreateDatabase(ctx, "phasepay_chaos"); err != nil {
 			return err
 		}
-		return nil
+		return s.startPooler(ctx)
 	}
 	dbURL, dropDB, err := createDatabase(ctx, *cfg)
 	if err != nil {
@@ -109,16 +112,54 @@ func (s *stack) openDatabase(ctx context.Context) error {
 	if !cfg.KeepDatabase {
 		s.onClose(dropDB)
 	}
+	return s.startPooler(ctx)
+}
+
+// poolerSize is the pooler's server connections: far fewer than the
+// processes' pools (32 each), as in a deployment behind a pooler, and
+// few enough for the shared test server's 100 connections.
+const poolerSize = 10
+
+// startPooler puts the pooler in front of the run's database, if asked
+// to; closed before the database goes (cleanups run in reverse).
+func (s *stack) startPooler(ctx context.Context) error {
+	if !s.cfg.Pooler {
+		return nil
+	}
+	var err error
+	if s.pooler, err = pgbouncer.Start(ctx, pgbouncer.Config{Server: s.dbURL, PoolSize: poolerSize}); err != nil {
+		return err
+	}
+	s.onClose(func() { _ = s.pooler.Close() })
 	return nil
 }
 
+// dbEnv is the database environment of process name (the i-th of its
+// kind): its own application_name; behind the pooler, the pooler's URL,
+// and a direct URL for LISTEN for every other process.
+func (s *stack) dbEnv(name string, i int) map[string]string {
+	if s.pooler == nil {
+		return map[string]string{"DATABASE_URL": withApplicationName(s.dbURL, name)}
+	}
+	env := map[string]string{
+		"DATABASE_URL":    withApplicationName(s.pooler.URL(s.dbURL), name),
+		"DATABASE_POOLER": "transaction",
+	}
+	if i%2 == 0 {
+		env["DATABASE_DIRECT_URL"] = withApplicationName(s.dbURL, name)
+	}
+	return env
+}
+
 // migrate migrates the run's database and creates the API key the run's
-// clients use.
+// clients use (through the pooler, if there is one: migrate itself goes to
+// the database directly, and makes the settings its defaults).
 func (s *stack) migrate(ctx context.Context) error {
-	if _, err := runOnce(ctx, s.bin("api"), map[string]string{"DATABASE_URL": s.dbURL}, "migrate"); err != nil {
+	env := s.dbEnv("migrate", 0)
+	if _, err := runOnce(ctx, s.bin("api"), env, "migrate"); err != nil {
 		return err
 	}
-	apiKey, err := runOnce(ctx, s.bin("api"), map[string]string{"DATABASE_URL": s.dbURL}, "keys", "create", "--tenant", "chaos")
+	apiKey, err := runOnce(ctx, s.bin("api"), s.dbEnv("keys", 1), "keys", "create", "--tenant", "chaos")
 	if err != nil {
 		return err
 	}
@@ -190,11 +231,9 @@ func (s *stack) startWorkers(ctx context.Context) error {
 			"PHASEPAY_CHAOS_CRASH": crash,
 			"PHASEPAY_CHAOS_SEED":  fmt.Sprint(cfg.Seed*100 + uint64(i)),
 			"ONE_COMMIT_PER_PHASE": fmt.Sprint(i == 0),
-			"DATABASE_URL":         withApplicationName(s.dbURL, fmt.Sprintf("api-%d", i)),
 		}
-		for k, v := range s.common {
-			env[k] = v
-		}
+		maps.Copy(env, s.dbEnv(fmt.Sprintf("api-%d", i), i))
+		maps.Copy(env, s.common)
 		s.workers[i] = newProcess(fmt.Sprintf("api-%d", i), s.bin("api"), env, "serve")
 		if err := s.workers[i].start(); err != nil {
 			return err
@@ -224,10 +263,9 @@ func (s *stack) startReapers() error {
 	s.reaperNames = make([]string, s.cfg.Reapers)
 	for i := range s.reapers {
 		s.reaperNames[i] = fmt.Sprintf("reaper-%d", i)
-		env := map[string]string{"REAPER_INTERVAL": reaperInterval.String(), "DATABASE_URL": withApplicationName(s.dbURL, s.reaperNames[i])}
-		for k, v := range s.common {
-			env[k] = v
-		}
+		env := map[string]string{"REAPER_INTERVAL": reaperInterval.String()}
+		maps.Copy(env, s.dbEnv(s.reaperNames[i], i))
+		maps.Copy(env, s.common)
 		s.reapers[i] = newProcess(s.reaperNames[i], s.bin("reaper"), env)
 		if err := s.reapers[i].start(); err != nil {
 			return err

@@ -6,8 +6,6 @@ package dbpool
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/exaring/otelpgx"
@@ -63,42 +61,22 @@ const (
 )
 
 // ConfigurePool applies phasepay's connection limits and plan cache mode
-// to cfg (see the constants above), keeping whatever connString set
-// explicitly. OpenPool calls it; tests and benchmarks that build their own
-// pools may too.
+// to cfg, for a connection string without a pooler (Configure), keeping
+// whatever connString set explicitly. Tests and benchmarks that build
+// their own pools call it.
 func ConfigurePool(cfg *pgxpool.Config, connString string) {
-	params := cfg.ConnConfig.RuntimeParams
-	for name, d := range map[string]time.Duration{
-		"statement_timeout":                   StatementTimeoutDefault,
-		"lock_timeout":                        LockTimeoutDefault,
-		"idle_in_transaction_session_timeout": IdleInTransactionTimeoutDefault,
-	} {
-		if _, set := params[name]; !set {
-			params[name] = strconv.FormatInt(d.Milliseconds(), 10)
-		}
-	}
-	if _, set := params["plan_cache_mode"]; !set {
-		params["plan_cache_mode"] = PlanCacheModeDefault
-	}
-	if !strings.Contains(connString, "connect_timeout") {
-		cfg.ConnConfig.ConnectTimeout = ConnectTimeoutDefault
-	}
+	Configure(cfg.ConnConfig, connString, PoolerNone)
+	cfg.AfterConnect = registerExecTypes
 }
 
-// OpenPool opens a pool on url whose queries are traced, with phasepay's
-// timeouts (ConfigurePool). It does not connect: a process started while
-// the database is down comes up, and its pool connects once it is back.
-func OpenPool(ctx context.Context, url string, tel *telemetry.Telemetry) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+// OpenPool opens a pool on db.URL whose queries are traced, configured for
+// its pooler (Config.PoolConfig). It does not connect: a process started
+// while the database is down comes up, and its pool connects once it is
+// back.
+func OpenPool(ctx context.Context, db Config, tel *telemetry.Telemetry) (*pgxpool.Pool, error) {
+	cfg, err := db.PoolConfig()
 	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	ConfigurePool(cfg, url)
-	// pgxpool's default (4 connections on 2 cores) caps the transactions in
-	// flight, and with them group commit; unless DATABASE_URL says
-	// otherwise (pool_max_conns), allow as many as a busy API has requests.
-	if !strings.Contains(url, "pool_max_conns") {
-		cfg.MaxConns = PoolMaxConnsDefault
+		return nil, err
 	}
 	cfg.ConnConfig.Tracer = exchangeTracer{otelpgx.NewTracer(
 		otelpgx.WithTracerProvider(tel.Tracer),
