@@ -35,6 +35,8 @@ var ErrUnavailable = errors.New("database unavailable")
 //   - a statement hit statement_timeout or lock_timeout (57014, 55P03):
 //     the database is up but too busy or blocked, and the same request
 //     later will do;
+//   - a write was refused as read-only (25006): the node is a standby now,
+//     after a failover;
 //   - a database call's own deadline passed.
 //
 // A constraint violation, a syntax error, a serialisation failure and every
@@ -61,7 +63,12 @@ func Unavailable(err error) bool {
 			pgErr.Code == "57P03", // cannot_connect_now
 			pgErr.Code == "53300", // too_many_connections
 			pgErr.Code == "57014", // query_canceled: statement_timeout
-			pgErr.Code == "55P03": // lock_not_available: lock_timeout
+			pgErr.Code == "55P03", // lock_not_available: lock_timeout
+			// read_only_sql_transaction: phasepay opens no read-only
+			// transaction, so a write refused as read-only went to a node
+			// that is no longer the primary (a failover); dbpool closes
+			// the connection, and the retry finds the new primary.
+			pgErr.Code == "25006":
 			return true
 		}
 		return false
