@@ -20,7 +20,7 @@ func (h *harness) injectFaults(ctx context.Context) {
 	h.db = &dbChaos{cluster: st.cluster, cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x64627273)),
 		dbURL: st.dbURL, bases: st.bases, reapers: st.reaperNames}
 	h.dbDone = make(chan error, 1)
-	if st.cluster != nil {
+	if st.cluster != nil || cfg.Formation != nil {
 		go func() { h.dbDone <- h.db.run(ctx, &h.finished, h.clientsDone, cfg.Progress) }()
 	} else {
 		h.dbDone <- nil
