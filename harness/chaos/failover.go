@@ -232,8 +232,8 @@ func (s *Summary) failoverRows(row func(string, any)) {
 	row("failovers: kill -9 / switchover", fmt.Sprintf("%d / %d", f.Kills, f.Switchovers))
 	for i, st := range f.Failovers {
 		row(fmt.Sprintf("  %d %s %s→%s", i+1, st.Kind, st.From, st.To),
-			fmt.Sprintf("promoted %.1fs, writes %.1fs, all back %.1fs, 503 %d, 500 %d",
-				st.PromotedAfter, st.WritesBackAfter, st.RecoveredAfter, st.Answered503, st.Answered500))
+			fmt.Sprintf("promoted %.1fs, writes %.1fs, all back %.1fs, 503 %d, 500 %d, WAL unreplicated %d B",
+				st.PromotedAfter, st.WritesBackAfter, st.RecoveredAfter, st.Answered503, st.Answered500, st.Unreplicated))
 	}
 	row("writes back after: p50 / max", fmt.Sprintf("%.1fs / %.1fs", f.WritesBack.P50, f.WritesBack.Max))
 	row("answered 503 / 500", fmt.Sprintf("%d / %d", f.Answered503, f.Answered500))

@@ -3,7 +3,6 @@ package formation
 import (
 	"context"
 	"fmt"
-	"sync"
 	"syscall"
 	"time"
 
@@ -145,20 +144,26 @@ type Failover struct {
 	// monitor first reported the other node accepting writes.
 	Started  time.Time `json:"started"`
 	Promoted time.Time `json:"promoted"`
-	// Lag is how long the standby's WAL receiver was held stopped just
+	// Lag is how long the primary's WAL senders were held stopped just
 	// before a kill (KillOptions.Lag): the replication lag the crash met.
 	Lag time.Duration `json:"lag_ns,omitempty"`
+	// Unreplicated is, for a kill, how many bytes of WAL the primary had
+	// written and the standby not received when the primary died: lost
+	// at the promotion (asynchronous), or never acknowledged to a client
+	// (synchronous). -1 if it could not be read.
+	Unreplicated int64 `json:"unreplicated_wal_bytes"`
 }
 
 // KillOptions shape a kill.
 type KillOptions struct {
-	// Lag, if set, stops the standby's WAL receiver (SIGSTOP) this long
-	// before the primary is killed, and lets it go on (SIGCONT) once the
-	// primary is dead: the standby then lacks whatever the primary
-	// committed meanwhile, as a standby behind by a network stall would.
-	// With synchronous replication those commits wait for the standby and
-	// are never acknowledged; without, they are acknowledged and lost at
-	// the promotion.
+	// Lag, if set, stops the primary's WAL senders (SIGSTOP) this long
+	// before the primary is killed: the standby then lacks whatever the
+	// primary committed meanwhile, as a standby behind by a network stall
+	// would. With synchronous replication those commits wait for the
+	// standby and are never acknowledged; without, they are acknowledged
+	// and lost at the promotion. (Stopping the standby's WAL receiver
+	// instead loses nothing: the kernel keeps receiving into its socket
+	// buffer, and the receiver reads it all once it goes on.)
 	Lag time.Duration
 }
 
@@ -184,30 +189,32 @@ func (f *Formation) Kill(ctx context.Context, opts KillOptions) (Failover, error
 	}
 	standby := f.other(old)
 	fo := Failover{Kind: "kill", From: old.Name, To: standby.Name, Lag: opts.Lag}
-	thaw := func() {}
+	var senders []int
 	if opts.Lag > 0 {
-		pid, err := walReceiverPID(ctx, standby)
-		if err != nil {
+		if senders, err = walSenderPIDs(ctx, old); err != nil {
 			return fo, err
 		}
-		_ = syscall.Kill(pid, syscall.SIGSTOP)
-		// Let go as soon as the primary is dead (its WAL went with it),
-		// and in any case: a stopped WAL receiver cannot be shut down for
-		// the promotion, which then never ends.
-		var once sync.Once
-		thaw = func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
-		defer thaw()
+		for _, pid := range senders {
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+		}
 		select {
 		case <-ctx.Done():
+			for _, pid := range senders {
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+			}
 			return fo, ctx.Err()
 		case <-time.After(opts.Lag):
 		}
 	}
+	fo.Unreplicated = unreplicated(ctx, old, standby)
 	fo.Started = time.Now()
 	killPostmaster(old.dir)
 	old.svc.kill()
 	killPostmaster(old.dir)
-	thaw()
+	for _, pid := range senders {
+		// Stopped, they would not notice their postmaster's death.
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	f.cfg.Log("formation: killed %s (kill -9 of its postmaster and keeper)", old.Name)
 	if err := f.awaitPromotion(ctx, standby, &fo); err != nil {
 		return fo, err
@@ -232,7 +239,7 @@ func (f *Formation) Switchover(ctx context.Context) (Failover, error) {
 	if err != nil {
 		return Failover{}, err
 	}
-	fo := Failover{Kind: "switchover", From: old.Name, To: f.other(old).Name, Started: time.Now()}
+	fo := Failover{Kind: "switchover", From: old.Name, To: f.other(old).Name, Started: time.Now(), Unreplicated: -1}
 	promoted := make(chan error, 1)
 	go func() { promoted <- f.awaitPromotion(ctx, f.other(old), &fo) }()
 	if _, err := f.autoctl(ctx, "perform", "switchover", "--pgdata", f.monitorDir, "--wait", "120"); err != nil {
@@ -261,18 +268,62 @@ func (f *Formation) awaitPromotion(ctx context.Context, n *Node, fo *Failover) e
 	return err
 }
 
-// walReceiverPID returns the pid of n's WAL receiver.
-func walReceiverPID(ctx context.Context, n *Node) (int, error) {
+// walSenderPIDs returns the pids of the WAL senders of n, the primary.
+func walSenderPIDs(ctx context.Context, n *Node) ([]int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, primaryURL(n, "postgres"))
 	if err != nil {
-		return 0, fmt.Errorf("formation: %s: %w", n.Name, err)
+		return nil, fmt.Errorf("formation: %s: %w", n.Name, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var pid int
-	if err := conn.QueryRow(ctx, `SELECT pid FROM pg_stat_wal_receiver`).Scan(&pid); err != nil {
-		return 0, fmt.Errorf("formation: %s: WAL receiver: %w", n.Name, err)
+	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_replication`)
+	if err != nil {
+		return nil, fmt.Errorf("formation: %s: WAL senders: %w", n.Name, err)
 	}
-	return pid, nil
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err == nil && len(pids) == 0 {
+		err = fmt.Errorf("formation: %s has no WAL sender", n.Name)
+	}
+	return pids, err
+}
+
+// unreplicated returns how many bytes of WAL primary has written that
+// standby has not received, -1 if either cannot say.
+func unreplicated(ctx context.Context, primary, standby *Node) int64 {
+	read := func(n *Node, sql string) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, primaryURL(n, "postgres"))
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		var lsn string
+		return lsn, conn.QueryRow(ctx, sql).Scan(&lsn)
+	}
+	// The standby first: what the primary writes meanwhile only makes the
+	// difference larger, never smaller than what is lost.
+	received, err := read(standby, `SELECT coalesce(pg_last_wal_receive_lsn(), '0/0')::text`)
+	if err != nil {
+		return -1
+	}
+	written, err := read(primary, `SELECT pg_current_wal_lsn()::text`)
+	if err != nil {
+		return -1
+	}
+	w, r := parseLSN(written), parseLSN(received)
+	if w < 0 || r < 0 {
+		return -1
+	}
+	return max(w-r, 0)
+}
+
+// parseLSN parses a pg_lsn ("16/B374D848"), -1 if it is not one.
+func parseLSN(s string) int64 {
+	var hi, lo uint32
+	if _, err := fmt.Sscanf(s, "%X/%X", &hi, &lo); err != nil {
+		return -1
+	}
+	return int64(hi)<<32 | int64(lo)
 }
