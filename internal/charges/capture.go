@@ -68,7 +68,7 @@ func captureOperation(o Operator) *phases.Operation[*Charge] {
 	return &phases.Operation[*Charge]{
 		Path: CapturePath, Span: "charges.capture", ResumeSpan: "charges.capture.resume",
 		Admit:    admitSettlement,
-		ObjectID: func(req idempotency.Canonical) string { return chargeOfPath(req.Path) },
+		ObjectID: func(_ int64, _ string, req idempotency.Canonical, _ int) string { return chargeOfPath(req.Path) },
 		Load:     loadCharge,
 		Arrows: []phases.Arrow[*Charge]{
 			{To: PointCaptureStarted, Commit: startCapture},

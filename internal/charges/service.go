@@ -59,6 +59,7 @@ type Service struct {
 	keys   *idempotency.Store
 	psp    Authorizer
 	engine *phases.Engine
+	ids    objectIDs
 
 	authorize, capture, void *phases.Operation[*Charge]
 	refund                   *phases.Operation[*Refund]
@@ -78,13 +79,13 @@ func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authoriz
 	if !ok {
 		routes = singleRoute{authorizer}
 	}
-	s.authorize = authorizeOperation(authorizer, routes)
+	s.authorize = authorizeOperation(authorizer, routes, &s.ids)
 	phases.Register(engine, s.authorize)
 	// Capture, void and refund need a PSP that can do them; every real one
 	// (*psp.Client) can. A test's authorizer that cannot leaves them
 	// unregistered: they answer phases.ErrNoOperation.
 	if o, ok := authorizer.(Operator); ok {
-		s.capture, s.void, s.refund = captureOperation(o), voidOperation(o), refundOperation(o)
+		s.capture, s.void, s.refund = captureOperation(o), voidOperation(o), refundOperation(o, &s.ids)
 		phases.Register(engine, s.capture)
 		phases.Register(engine, s.void)
 		phases.Register(engine, s.refund)
@@ -98,6 +99,9 @@ func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authoriz
 // req fingerprints; the operation executes req's stored body, which encodes
 // params.
 func (s *Service) Create(ctx context.Context, tenantID int64, key string, req idempotency.Canonical, _ CreateParams) (Result, error) {
+	if err := s.ids.load(ctx, s.pool); err != nil {
+		return Result{}, err
+	}
 	return phases.Do(ctx, s.engine, s.authorize, tenantID, key, req)
 }
 
@@ -118,6 +122,9 @@ func (s *Service) Void(ctx context.Context, tenantID int64, key string, req idem
 // Refund runs one POST /v1/refunds (req from ParseRefundRequest). Besides
 // Create's errors: ErrNotFound (the charge).
 func (s *Service) Refund(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (Result, error) {
+	if err := s.ids.load(ctx, s.pool); err != nil {
+		return Result{}, err
+	}
 	return do(ctx, s.engine, s.refund, tenantID, key, req)
 }
 
@@ -131,6 +138,9 @@ type ParseError = phases.ParseError
 // is parsed with ParseCreateRequest and run as Create. It returns Create's
 // errors, or a *ParseError.
 func (s *Service) CreateFromBody(ctx context.Context, tenantID int64, key string, body []byte) (Result, error) {
+	if err := s.ids.load(ctx, s.pool); err != nil {
+		return Result{}, err
+	}
 	return doRaw(ctx, s.engine, s.authorize, tenantID, key, Path, body, func(body []byte) (idempotency.Canonical, error) {
 		req, _, err := ParseCreateRequest(body)
 		return req, err
@@ -155,6 +165,9 @@ func (s *Service) VoidFromBody(ctx context.Context, tenantID int64, key, chargeI
 // RefundFromBody runs one POST /v1/refunds from its body as it came, as
 // CreateFromBody (ParseRefundRequest). Refund's errors, or a *ParseError.
 func (s *Service) RefundFromBody(ctx context.Context, tenantID int64, key string, body []byte) (Result, error) {
+	if err := s.ids.load(ctx, s.pool); err != nil {
+		return Result{}, err
+	}
 	return doRaw(ctx, s.engine, s.refund, tenantID, key, RefundPath, body, func(body []byte) (idempotency.Canonical, error) {
 		req, _, err := ParseRefundRequest(body)
 		return req, err
@@ -189,6 +202,9 @@ func (s *Service) GetRefund(ctx context.Context, tenantID int64, id string) (*Re
 // the reaper) from its recovery point to done, through whichever of the
 // service's operations its request path names.
 func (s *Service) Resume(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error) {
+	if err := s.ids.load(ctx, s.pool); err != nil {
+		return idempotency.Response{}, err
+	}
 	return s.engine.Resume(ctx, lease)
 }
 

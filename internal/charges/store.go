@@ -59,6 +59,10 @@ SELECT ` + chargeColumns + ` FROM charge`
 // In a pipelined transaction (an idempotency.Queuer) the insert is queued
 // and the charge returned is filled in when the exchange is read, at the
 // latest by the commit: nothing must read it before.
+// chargeIDConstraints are where a derived charge id held by an earlier
+// incarnation of the key meets its charge (ids.go).
+var chargeIDConstraints = []string{"charges_pkey", "charge_attempts_pkey"}
+
 func insertCharge(ctx context.Context, tx pgx.Tx, key idempotency.ID, id, pspName, attemptKey string, p CreateParams) (*Charge, error) {
 	md := p.Metadata
 	if md == nil {
@@ -77,7 +81,7 @@ func insertCharge(ctx context.Context, tx pgx.Tx, key idempotency.ID, id, pspNam
 		q.QueueRow(insertChargeSQL, args, func(row pgx.Row) error {
 			got, err := scanCharge(row)
 			if err != nil {
-				return fmt.Errorf("insert charge: %w", err)
+				return fmt.Errorf("insert charge: %w", idTaken(err, chargeIDConstraints...))
 			}
 			got.attempts = first
 			*c = *got
@@ -87,7 +91,7 @@ func insertCharge(ctx context.Context, tx pgx.Tx, key idempotency.ID, id, pspNam
 	}
 	c, err := scanCharge(tx.QueryRow(ctx, insertChargeSQL, args...))
 	if err != nil {
-		return nil, fmt.Errorf("insert charge: %w", err)
+		return nil, fmt.Errorf("insert charge: %w", idTaken(err, chargeIDConstraints...))
 	}
 	c.attempts = first
 	return c, nil

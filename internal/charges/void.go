@@ -57,7 +57,7 @@ func voidOperation(o Operator) *phases.Operation[*Charge] {
 	return &phases.Operation[*Charge]{
 		Path: VoidPath, Span: "charges.void", ResumeSpan: "charges.void.resume",
 		Admit:    admitSettlement,
-		ObjectID: func(req idempotency.Canonical) string { return chargeOfPath(req.Path) },
+		ObjectID: func(_ int64, _ string, req idempotency.Canonical, _ int) string { return chargeOfPath(req.Path) },
 		Load:     loadCharge,
 		Arrows: []phases.Arrow[*Charge]{
 			{To: PointVoidStarted, Commit: startVoid},

@@ -141,12 +141,47 @@ func step[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], 
 // the arrows' writes, Finish and the commit in one exchange, or in as many
 // as the arrows' reads need.
 func commitTx[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], group []Arrow[S], from idempotency.RecoveryPoint) (reached idempotency.RecoveryPoint, err error) {
-	err = inPipeTx(ctx, e.pool, func(tx *pipeTx) error {
-		first := group[0].To == op.Arrows[0].To
-		if first && run.ObjectID == "" && op.ObjectID != nil {
-			// A one-commit claim recorded no object: the first arrow names it.
-			run.ObjectID = op.ObjectID(run.Request())
+	first := group[0].To == op.Arrows[0].To
+	// A one-commit claim recorded no object: the first arrow names it.
+	derive := first && run.ObjectID == "" && op.ObjectID != nil
+	for n := 0; ; n++ {
+		if derive {
+			id := run.Lease.Record.ID()
+			run.ObjectID = op.ObjectID(id.TenantID, id.Key, run.Request(), incarnation(n))
 		}
+		reached, err = commitGroup(ctx, e, op, run, group, from, first)
+		if !derive || !objectIDTaken(err, n) {
+			return reached, err
+		}
+	}
+}
+
+// objectIDAttempts bounds the incarnations of one key and request whose
+// derived object ids are tried (ErrObjectIDTaken): the same key and body
+// claimed again after retention, over and over, makes each new claim try
+// every id before its own, one exchange each. Past the bound, the last try
+// asks for an id that is not derived (incarnation -1, a random one): such a
+// key is no longer protected from a claim lost in a failover
+// (docs/pitfalls.md).
+const objectIDAttempts = 8
+
+// incarnation is what the n-th try passes to Operation.ObjectID.
+func incarnation(n int) int {
+	if n < objectIDAttempts {
+		return n
+	}
+	return -1
+}
+
+// objectIDTaken reports whether the n-th try failed on ErrObjectIDTaken
+// and another is due.
+func objectIDTaken(err error, n int) bool {
+	return errors.Is(err, ErrObjectIDTaken) && n < objectIDAttempts
+}
+
+// commitGroup is one try of commitTx.
+func commitGroup[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], group []Arrow[S], from idempotency.RecoveryPoint, first bool) (reached idempotency.RecoveryPoint, err error) {
+	err = inPipeTx(ctx, e.pool, func(tx *pipeTx) error {
 		if !run.loaded && !first {
 			obj, err := op.Load(ctx, tx, run.Lease)
 			if err != nil {

@@ -218,34 +218,40 @@ func do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 	e.hints.add(tenantID, key, time.Time{})
 	claim := idempotency.ClaimParams{TenantID: tenantID, Key: key, Request: req, TraceContext: traceContext(ctx)}
 	folded := op.group(0, e.cfg.OneCommitPerPhase, true)
-	run := &Run[S]{}
-	if op.ObjectID != nil {
-		run.ObjectID = op.ObjectID(req)
-	}
-	if len(folded) > 0 {
-		claim.Point = folded[len(folded)-1].To
-		claim.ObjectID = run.ObjectID
-	}
 	var (
+		run    *Run[S]
 		q      *idempotency.QueuedClaim
 		arrows []arrowRun
 	)
-	err = inPipeTx(ctx, e.pool, func(tx *pipeTx) error {
-		q = e.keys.QueueClaim(tx, claim)
-		run.Lease = q.Lease
-		if op.Admit != nil {
-			// Admit reads: its query goes out with the claim, in an
-			// explicit transaction, so a refusal rolls the claim back.
-			if err := op.Admit(ctx, tx, tenantID, req); err != nil {
-				if errors.Is(tx.err, idempotency.ErrKeyExists) {
-					return tx.err
-				}
-				return err
-			}
+	for n := 0; ; n++ {
+		run, q, arrows = &Run[S]{}, nil, nil
+		if op.ObjectID != nil {
+			run.ObjectID = op.ObjectID(tenantID, key, req, incarnation(n))
 		}
-		_, err := commitArrows(ctx, e, tx, run, folded, false, false, &arrows)
-		return err
-	})
+		if len(folded) > 0 {
+			claim.Point = folded[len(folded)-1].To
+			claim.ObjectID = run.ObjectID
+		}
+		err = inPipeTx(ctx, e.pool, func(tx *pipeTx) error {
+			q = e.keys.QueueClaim(tx, claim)
+			run.Lease = q.Lease
+			if op.Admit != nil {
+				// Admit reads: its query goes out with the claim, in an
+				// explicit transaction, so a refusal rolls the claim back.
+				if err := op.Admit(ctx, tx, tenantID, req); err != nil {
+					if errors.Is(tx.err, idempotency.ErrKeyExists) {
+						return tx.err
+					}
+					return err
+				}
+			}
+			_, err := commitArrows(ctx, e, tx, run, folded, false, false, &arrows)
+			return err
+		})
+		if !objectIDTaken(err, n) {
+			break
+		}
+	}
 	if q == nil {
 		// No connection (the pool could not connect): nothing was sent,
 		// nothing claimed.
