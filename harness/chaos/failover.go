@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -54,6 +55,8 @@ type FailoverSummary struct {
 	Answered503 int            `json:"answered_503"`
 	Answered500 int            `json:"answered_500"`
 	Failovers   []FailoverStat `json:"failovers"`
+	// Losses: what the promotions lost (losses.go), filled after verify.
+	Losses *Losses `json:"losses,omitempty"`
 }
 
 // answerLog records when attempts were answered 5xx, for the failovers'
@@ -237,6 +240,14 @@ func (s *Summary) failoverRows(row func(string, any)) {
 	}
 	row("writes back after: p50 / max", fmt.Sprintf("%.1fs / %.1fs", f.WritesBack.P50, f.WritesBack.Max))
 	row("answered 503 / 500", fmt.Sprintf("%d / %d", f.Answered503, f.Answered500))
+	if l := f.Losses; l != nil {
+		row("PSP authorizations, charge lost", l.UnknownAuthorizations)
+		row("  double charges (retried)", l.DoubleCharges)
+		row("  orphans (answered, not retried)", l.Orphans)
+		for _, kind := range slices.Sorted(maps.Keys(l.Violations)) {
+			row("  "+kind, l.Violations[kind])
+		}
+	}
 }
 
 // runFailover makes the k-th of n failovers and waits for every process

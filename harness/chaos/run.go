@@ -126,6 +126,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := h.verify(ctx); err != nil {
 		return nil, err
 	}
+	if sum := h.sum.Failover; sum != nil {
+		if sum.Losses, err = h.losses(ctx, h.st.pool, h.st.pspURL); err != nil {
+			return nil, err
+		}
+	}
 	h.sum.Duration = time.Since(h.start).Truncate(time.Millisecond).String()
 	return h.sum, nil
 }

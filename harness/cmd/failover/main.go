@@ -13,7 +13,8 @@
 //
 // -async disables synchronous replication (replication-quorum false on
 // both nodes): commits the standby had not received when the primary died
-// are lost at the promotion, and the run reports what that cost.
+// are lost at the promotion, and the run reports what that cost; it fails
+// only on a double charge, which derived object ids close.
 package main
 
 import (
@@ -147,7 +148,25 @@ func run(args []string, stdout io.Writer) int {
 			return 1
 		}
 	}
-	if len(sum.Violations) > 0 {
+	return verdict(sum, *async, stdout)
+}
+
+// verdict is the exit status. Synchronous replication loses nothing: any
+// violation fails the run. Asynchronous replication loses what the standby
+// had not received, and the run reports it (Losses); it fails only on a
+// loss the design closes: an intent authorized twice because its retry
+// made a second charge (docs/pitfalls.md, "A claim lost in a failover").
+func verdict(sum *chaos.Summary, async bool, stdout io.Writer) int {
+	if !async {
+		if len(sum.Violations) > 0 {
+			return 1
+		}
+		return 0
+	}
+	l := sum.Failover.Losses
+	fmt.Fprintf(stdout, "asynchronous replication lost: %d violations, %d PSP authorizations of charges lost with the old primary (%d double charges, %d orphans)\n",
+		len(sum.Violations), l.UnknownAuthorizations, l.DoubleCharges, l.Orphans)
+	if l.DoubleCharges > 0 {
 		return 1
 	}
 	return 0
