@@ -15,12 +15,15 @@ type Losses struct {
 	// Violations counts the run's violations by kind (violationKind).
 	Violations map[string]int `json:"violations_by_kind"`
 	// UnknownAuthorizations are PSP authorizations whose charge phasepay
-	// no longer has: its claim, or a later commit, was lost with the old
-	// primary. DoubleCharges are those whose intent also holds an
-	// authorization of a charge phasepay has (linked by amount, which the
-	// intents draw at random from 100,000 values): the retry made a second
-	// charge under a new PSP key. The rest are orphans: the intent was
-	// answered from a transaction the promotion lost, and never retried.
+	// does not have, counted after verify, whose replays retry every
+	// intent as a client would: a charge lost with the old primary was
+	// made again by the replay. DoubleCharges are those whose intent also
+	// holds an authorization of a charge phasepay has (linked by amount,
+	// which the intents draw at random from 100,000 values): the retry made
+	// a second charge under a new PSP key. With derived ids the retry makes
+	// the same charge, and the PSP answers it with the first authorization:
+	// none is unknown. Orphans are the rest: a charge lost and never made
+	// again (a replay the PSP answered under a key it had forgotten).
 	UnknownAuthorizations int `json:"psp_authorizations_of_unknown_charges"`
 	DoubleCharges         int `json:"double_charges"`
 	Orphans               int `json:"orphan_authorizations"`

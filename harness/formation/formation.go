@@ -306,7 +306,7 @@ func (f *Formation) startNodes(ctx context.Context) error {
 			return fmt.Errorf("%s is %s", n.Name, st[n.Name].Reported)
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("%w\n%s", err, n.svc.logTail(20))
 		}
 		f.cfg.Log("formation: %s on %s, standby", n.Name, n.Addr())
 	}
