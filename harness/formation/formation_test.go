@@ -15,12 +15,14 @@ import (
 )
 
 // A pool as every phasepay process opens it (dbpool.OpenPool), on the
-// formation's multi-host URL, follows the primary across a kill -9 and a
-// switchover without being reopened: writes fail only while no node is the
-// primary, each failure a retryable "database unavailable" (503, never
-// 500), and succeed again within seconds of the promotion. The write
-// before each failure survives it (synchronous replication, the
-// formation's default).
+// formation's multi-host URL, follows the primary across a kill -9 of it
+// without being reopened: writes fail only while no node is the primary,
+// each failure a retryable "database unavailable" (503, never 500), and
+// succeed again within seconds of the promotion. The last write
+// acknowledged before the failure survives it (synchronous replication,
+// the formation's default). make failover adds switchovers, under load,
+// with api and reaper processes; this is the short version that fits in
+// make test (about 30 s, most of it the formation's start).
 func TestPoolFollowsThePrimaryAcrossFailovers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -40,10 +42,14 @@ func TestPoolFollowsThePrimaryAcrossFailovers(t *testing.T) {
 	require.NoError(t, err)
 
 	// Writes every 50 ms until stopped; each failure must be a 503.
+	type write struct {
+		at time.Time
+		ok bool
+	}
 	var (
 		mu        sync.Mutex
-		n         int
-		lastOK    time.Time
+		writes    []write
+		lastOK    int
 		unhandled []error
 	)
 	stop := make(chan struct{})
@@ -60,38 +66,49 @@ func TestPoolFollowsThePrimaryAcrossFailovers(t *testing.T) {
 			_, err := pool.Exec(wctx, `INSERT INTO t VALUES ($1)`, i)
 			cancel()
 			mu.Lock()
+			writes = append(writes, write{time.Now(), err == nil})
 			switch {
 			case err == nil:
-				n, lastOK = i, time.Now()
+				lastOK = i
 			case !dbstate.Unavailable(err):
 				unhandled = append(unhandled, err)
 			}
 			mu.Unlock()
 		}
 	}()
-	last := func() (int, time.Time) {
+	// backAfter returns how long after t writes failed until one
+	// succeeded, and whether one did.
+	backAfter := func(t time.Time) (time.Duration, bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		return n, lastOK
+		var failed *write
+		for i, w := range writes {
+			switch {
+			case w.at.Before(t):
+			case !w.ok && failed == nil:
+				failed = &writes[i]
+			case w.ok && failed != nil:
+				return w.at.Sub(t), true
+			}
+		}
+		return 0, false
 	}
-	fail := func(kind string, failover func() (formation.Failover, error)) {
-		require.Eventually(t, func() bool { n, _ := last(); return n > 0 }, 10*time.Second, 50*time.Millisecond)
-		before, _ := last()
-		fo, err := failover()
-		require.NoError(t, err)
-		require.Eventually(t, func() bool { _, at := last(); return at.After(fo.Promoted) }, 20*time.Second, 50*time.Millisecond,
-			"%s: no write succeeded after the promotion", kind)
-		_, at := last()
-		t.Logf("%s %s → %s: promoted after %s, writing again %s after the failure", kind, fo.From, fo.To,
-			fo.Promoted.Sub(fo.Started).Round(time.Millisecond), at.Sub(fo.Started).Round(time.Millisecond))
-		var got int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM t WHERE n = $1`, before).Scan(&got))
-		require.Equal(t, 1, got, "%s: the write acknowledged before the failure is on the new primary", kind)
-	}
-	fail("kill -9", func() (formation.Failover, error) { return f.Kill(ctx, formation.KillOptions{}) })
-	require.NoError(t, f.WaitHealthy(ctx))
-	fail("switchover", func() (formation.Failover, error) { return f.Switchover(ctx) })
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return lastOK > 0 }, 10*time.Second, 50*time.Millisecond)
+	mu.Lock()
+	before := lastOK
+	mu.Unlock()
+
+	fo, err := f.Kill(ctx, formation.KillOptions{})
+	require.NoError(t, err)
+	var back time.Duration
+	require.Eventually(t, func() bool { var ok bool; back, ok = backAfter(fo.Started); return ok }, 20*time.Second, 50*time.Millisecond,
+		"no write succeeded after the promotion")
+	t.Logf("kill -9 %s → %s: promoted after %s, writing again %s after the failure", fo.From, fo.To,
+		fo.Promoted.Sub(fo.Started).Round(time.Millisecond), back.Round(time.Millisecond))
 	close(stop)
 	<-done
+	var got int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM t WHERE n = $1`, before).Scan(&got))
+	require.Equal(t, 1, got, "the write acknowledged before the failure is on the new primary")
 	require.Empty(t, unhandled, "writes that failed as something other than a database unavailable (a 500)")
 }
