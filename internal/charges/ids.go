@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
@@ -54,20 +55,31 @@ const objectIDSecretSQL = `SELECT secret FROM object_id_secret`
 // objectIDs derives the ids of new charges and refunds.
 type objectIDs struct {
 	secret atomic.Pointer[[]byte]
+	// reads: the requests a process starts with share one read of the
+	// secret rather than each taking a connection for the same row.
+	reads singleflight.Group
 }
 
 // load reads the secret once per process (it never changes). An error is
-// the database's: the request answers 503 and its retry loads it.
+// the database's: the request answers 503 and its retry reads it again.
 func (ids *objectIDs) load(ctx context.Context, q idempotency.DBTX) error {
 	if ids.secret.Load() != nil {
 		return nil
 	}
-	var secret []byte
-	if err := q.QueryRow(ctx, objectIDSecretSQL).Scan(&secret); err != nil {
-		return fmt.Errorf("object id secret: %w", dbstate.Wrap(err))
+	read := ids.reads.DoChan("secret", func() (any, error) {
+		var secret []byte
+		if err := q.QueryRow(ctx, objectIDSecretSQL).Scan(&secret); err != nil {
+			return nil, fmt.Errorf("object id secret: %w", dbstate.Wrap(err))
+		}
+		ids.secret.Store(&secret)
+		return nil, nil
+	})
+	select {
+	case r := <-read:
+		return r.Err
+	case <-ctx.Done():
+		return fmt.Errorf("object id secret: %w", dbstate.Wrap(ctx.Err()))
 	}
-	ids.secret.Store(&secret)
-	return nil
 }
 
 // charge is authorize's ObjectID.
