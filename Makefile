@@ -75,7 +75,7 @@ failover: pg-auto-failover
 	$(GO) run ./harness/cmd/failover -seed $(CHAOS_SEED) -intents $(FAILOVER_INTENTS) -json bench/results/failover-sync.json
 	$(GO) run ./harness/cmd/failover -seed $(CHAOS_SEED) -intents $(FAILOVER_INTENTS) -async -json bench/results/failover-async.json
 
-## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/
+## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/ and draws the plots of docs/benchmarks.md (docs/benchmarks/*.svg)
 bench: build pg
 	$(GO) run ./harness/cmd/bench
 
@@ -88,9 +88,16 @@ vet:
 	$(GO) vet ./... $(CLIENT)
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
-## lint: staticcheck (pinned by the tool directive in go.mod); the client module on its own, at the Go its go.mod declares
+## lint: staticcheck and testifylint (pinned by the tool directives in go.mod); the client module on its own, at the Go its go.mod declares
+# testifylint runs its default checkers, go-require among them (no require
+# or t.FailNow off the test's goroutine: it would not stop the test), less
+# encoded-compare: the tests that compare JSON as strings mean byte for byte
+# (a stored answer, a canonical body), which JSONEq would not check.
+# go-require sees `go` statements and HTTP handlers, not wg.Go(func…);
+# harness/codecheck's TestNoFailNowOffTheTestGoroutine covers those.
 lint:
 	$(GO) tool staticcheck ./... $(CLIENT)
+	$(GO) tool testifylint -disable encoded-compare ./... $(CLIENT)
 	cd client && GOTOOLCHAIN=local GOFLAGS=-mod=readonly $(GO) vet ./... && GOTOOLCHAIN=local GOFLAGS=-mod=readonly $(GO) build ./...
 
 clean:

@@ -56,7 +56,8 @@ func TestFullJitterIsRepeatableWithASeed(t *testing.T) {
 		}
 		return out
 	}
-	require.Equal(t, draw(), draw())
+	first := draw()
+	require.Equal(t, first, draw())
 }
 
 func TestParseRetryAfter(t *testing.T) {

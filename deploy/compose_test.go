@@ -401,7 +401,7 @@ func TestCompose(t *testing.T) {
 		}
 		for src := range s.bindMounts(t, where) {
 			_, err := os.Stat(src)
-			assert.NoError(t, err, "%s: bind mount source %s (relative to deploy/)", where, src)
+			require.NoError(t, err, "%s: bind mount source %s (relative to deploy/)", where, src)
 		}
 	}
 

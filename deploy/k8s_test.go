@@ -691,7 +691,7 @@ func TestMigrateJobNameCarriesTheImageTag(t *testing.T) {
 	}
 	_, tag := imageRepo(image)
 	require.NotEmpty(t, tag, "the migrate container's image has a tag")
-	assert.Equal(t, "migrate-"+tag, migrateJob, "the Job's name is migrate-<image tag>")
+	assert.Equal(t, migrateJob, "migrate-"+tag, "the Job's name is migrate-<image tag>")
 	if assert.NotNil(t, job.Spec.TTLSecondsAfterFinished, "finished Jobs are cleaned up") {
 		assert.Positive(t, *job.Spec.TTLSecondsAfterFinished)
 	}

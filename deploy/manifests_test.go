@@ -77,7 +77,7 @@ const (
 	collectorConfigPath = "otel-collector.yaml"
 )
 
-// contractEnv are the variables the README's Configuration table names (besides
+// contractEnv are the variables docs/operations.md's table of variables names (besides
 // OTEL_*); each must be set somewhere in compose and in k8s.
 var contractEnv = []string{"DATABASE_URL", "API_ADDR", "PSP_URL", "MOCKPSP_ADDR", "LEASE", "REAPER_INTERVAL", "RETENTION"}
 

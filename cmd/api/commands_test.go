@@ -10,11 +10,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -24,8 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/harness/testdb"
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/dbpool"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/tenants"
 )
@@ -134,7 +132,7 @@ func TestKeysCreateStoresOnlyHash(t *testing.T) {
 
 	code, stdout, stderr := runCmd([]string{"keys", "create", "--tenant", "x"}, env)
 	require.Equal(t, 0, code, "stderr: %s", stderr)
-	require.Regexp(t, regexp.MustCompile(`\Ask_[0-9a-f]+\n\z`), stdout, "one line, the secret alone")
+	require.Regexp(t, `\Ask_[0-9a-f]+\n\z`, stdout, "one line, the secret alone")
 	secret := strings.TrimSuffix(stdout, "\n")
 	require.NotContains(t, stderr, secret, "the secret must not be logged")
 
@@ -291,7 +289,7 @@ func TestRunFailureStopsEmbeddedPSP(t *testing.T) {
 	if dialErr == nil {
 		_ = conn.Close()
 	}
-	require.Error(t, dialErr, fmt.Sprintf("Run returned %q but the embedded mock PSP still listens on %s", runErr, mockAddr))
+	require.Error(t, dialErr, "Run returned %q but the embedded mock PSP still listens on %s", runErr, mockAddr)
 }
 
 // TestGracefulShutdownFinishesRequestBeforePSPCall: a request accepted
@@ -305,8 +303,8 @@ func TestGracefulShutdownFinishesRequestBeforePSPCall(t *testing.T) {
 	resume := make(chan struct{})
 	var once sync.Once
 	b := setup(t, func(m *Main) {
-		m.CrashHook = func(_ context.Context, at charges.CrashPoint) error {
-			if at == charges.CrashAfterClaim {
+		m.CrashHook = func(_ context.Context, at phases.CrashPoint) error {
+			if at == phases.CrashAfterClaim {
 				once.Do(func() {
 					close(claimed)
 					<-resume

@@ -5,7 +5,7 @@
 //	api keys create --tenant NAME        print a new secret API key for NAME
 //	api keys list --tenant NAME [--json] list NAME's keys, never their secrets
 //	api keys revoke ID                   refuse a key in every api process within 1 s
-//	api requests list|show|retry|resolve the operator's view of unfinished requests
+//	api requests list|show|retry|resolve the operator's view of requests
 //
 // `api -h` lists the commands; -h or --help after any command prints its
 // usage. Neither starts anything. Configuration is by environment variable;
@@ -249,7 +249,8 @@ func writeUsage(w io.Writer, path string, cmd *command, fs *flag.FlagSet, full b
 const configHelp = `
 Configuration is by environment variable: DATABASE_URL (PostgreSQL),
 API_ADDR (listen address), PSP_URL (the PSP, or "embedded" for an in-process
-mock) or PSPS and PSP_ROUTING (several PSPs), LEASE and the others listed in the README's Configuration section.
+mock) or PSPS and PSP_ROUTING (several PSPs), LEASE and the others listed in
+docs/operations.md ("Every variable").
 Logs are JSON lines on stderr.
 `
 

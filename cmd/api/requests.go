@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"text/tabwriter"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,6 +16,7 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
@@ -27,22 +30,24 @@ const requestsTimeout = 30 * time.Second
 
 var requestsCommand = &command{
 	name:    "requests",
-	summary: "the operator's view of unfinished requests: list, show, retry, resolve",
+	summary: "the operator's view of requests: list, show, retry, resolve",
 	sub:     []*command{requestsListCommand, requestsShowCommand, requestsRetryCommand, requestsResolveCommand},
 }
 
 var requestsListCommand = &command{
 	name:    "list",
-	args:    "[--tenant T] [--state unfinished|needs_attention|done] [--older-than DURATION] [--json]",
-	summary: "list requests, oldest first (all states unless --state)",
+	args:    "[--tenant T] [--state " + stateNames("|") + "] [--older-than DURATION] [--json]",
+	summary: "list requests in every state, oldest first (or in one state with --state)",
 	help: `One line per key: tenant, key, endpoint, state, recovery point, attempts,
 next attempt, last error. --json prints one JSON object per line with tenant,
 key, endpoint, state, recovery_point, attempts, next_attempt_at, last_error
-and created_at. "unfinished" covers keys a worker holds right now too; "done"
-is a completed request.`,
+and created_at. The states are the tenant view's (GET /v1/idempotency_keys):
+in_progress (a worker holds it now), unfinished (waiting for its next
+attempt), needs_attention (waiting for an operator), completed (its answer
+stored); done is accepted for completed.`,
 	flags: func(fs *flag.FlagSet) action {
 		tenant := fs.String("tenant", "", "only this tenant's requests")
-		state := fs.String("state", "", "unfinished, needs_attention or done")
+		state := fs.String("state", "", "only requests in this state: "+stateNames(", "))
 		olderThan := fs.Duration("older-than", 0, "only requests claimed longer ago than this (e.g. 1h)")
 		asJSON := fs.Bool("json", false, "one JSON object per line")
 		return func(ctx context.Context, inv *invocation) error {
@@ -50,17 +55,12 @@ is a completed request.`,
 				return usageErrorf("unexpected argument %q", inv.args[0])
 			}
 			var f idempotency.Filter
-			states := []idempotency.ViewState{""}
-			switch *state {
-			case "":
-			case "unfinished":
-				states = []idempotency.ViewState{idempotency.ViewInProgress, idempotency.ViewUnfinished}
-			case "needs_attention":
-				states = []idempotency.ViewState{idempotency.ViewNeedsAttention}
-			case "done":
-				states = []idempotency.ViewState{idempotency.ViewCompleted}
-			default:
-				return usageErrorf("--state %q: must be unfinished, needs_attention or done", *state)
+			if *state != "" {
+				st, err := idempotency.ParseRequestState(*state)
+				if err != nil {
+					return usageErrorf("--%v", err)
+				}
+				f.State = st
 			}
 			if *olderThan < 0 {
 				return usageErrorf("--older-than must not be negative")
@@ -74,14 +74,9 @@ is a completed request.`,
 					}
 					f.TenantID = t.ID
 				}
-				var views []idempotency.View
-				for _, st := range states {
-					f.State = st
-					vs, err := idempotency.List(ctx, pool, f)
-					if err != nil {
-						return err
-					}
-					views = append(views, vs...)
+				views, err := idempotency.List(ctx, pool, f)
+				if err != nil {
+					return err
 				}
 				names, err := tenantNames(ctx, pool, views)
 				if err != nil {
@@ -97,6 +92,11 @@ var requestsShowCommand = &command{
 	name:    "show",
 	args:    "TENANT KEY [--json]",
 	summary: "the whole record of one request: state, stored answer, its charge, resolutions",
+	help: `Prints one field per line: the fields of requests list, the stored answer
+(its status, and its body as indented JSON), the charge as it is now, and
+every resolution. --json prints one JSON object instead: the fields of
+requests list --json, and response_status, response, completed_at, charge
+and resolutions.`,
 	flags: func(fs *flag.FlagSet) action {
 		asJSON := fs.Bool("json", false, "one JSON object")
 		return func(ctx context.Context, inv *invocation) error {
@@ -115,12 +115,7 @@ var requestsShowCommand = &command{
 				if *asJSON {
 					return json.NewEncoder(inv.stdout).Encode(shown)
 				}
-				out, err := json.MarshalIndent(shown, "", "  ")
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintln(inv.stdout, string(out))
-				return err
+				return shown.print(inv.stdout)
 			})
 		}
 	},
@@ -162,12 +157,13 @@ var requestsResolveCommand = &command{
 	summary: "settle a needs_attention request after checking the PSP by hand",
 	help: `phasepay first looks the charge up at the PSP (PSP_URL) and refuses, exit 1,
 when the PSP's books contradict --as. --force skips that lookup, for when the
-PSP cannot be reached. The resolution, its reason and the operator (--by,
-default $USER) are recorded and shown by requests show.`,
+PSP cannot be reached. The resolution, its reason and the operator (--by;
+without it $USER, else the name of the account running the command) are
+recorded and shown by requests show.`,
 	flags: func(fs *flag.FlagSet) action {
 		as := fs.String("as", "", "failed or succeeded")
 		reason := fs.String("reason", "", "why (recorded)")
-		by := fs.String("by", "", "the operator's name (default $USER)")
+		by := fs.String("by", "", "the operator's name (default: $USER, else the account running the command)")
 		force := fs.Bool("force", false, "do not look the charge up at the PSP")
 		return func(ctx context.Context, inv *invocation) error {
 			if len(inv.args) != 2 {
@@ -181,10 +177,7 @@ default $USER) are recorded and shown by requests show.`,
 			}
 			operator := *by
 			if operator == "" {
-				operator = inv.getenv("USER")
-			}
-			if operator == "" {
-				return usageErrorf("--by is required (no $USER)")
+				operator = defaultOperator(inv.getenv)
 			}
 			return withPool(ctx, inv, func(ctx context.Context, pool *pgxpool.Pool) error {
 				t, err := tenants.ByName(ctx, pool, inv.args[0])
@@ -256,126 +249,29 @@ func resolvingService(ctx context.Context, inv *invocation, pool *pgxpool.Pool, 
 	if err != nil {
 		return nil, err
 	}
-	return charges.NewService(pool, store, client, charges.Config{Logger: inv.logger})
+	return charges.NewService(pool, store, client, phases.Config{Logger: inv.logger})
 }
 
-// requestJSON is one line of `requests list --json`.
-type requestJSON struct {
-	Tenant        string  `json:"tenant"`
-	Key           string  `json:"key"`
-	Endpoint      string  `json:"endpoint"`
-	State         string  `json:"state"`
-	RecoveryPoint string  `json:"recovery_point"`
-	Attempts      int     `json:"attempts"`
-	NextAttemptAt *string `json:"next_attempt_at"`
-	LastError     *string `json:"last_error"`
-	CreatedAt     string  `json:"created_at"`
+// stateNames lists the request states, as every interface names them
+// (idempotency.RequestStates), joined by sep.
+func stateNames(sep string) string {
+	var names []string
+	for _, st := range idempotency.RequestStates() {
+		names = append(names, string(st))
+	}
+	return strings.Join(names, sep)
 }
 
-// operatorState is the state an operator filters and reads: the tenant
-// view's, except that done is called done.
-func operatorState(s idempotency.ViewState) string {
-	if s == idempotency.ViewCompleted {
-		return "done"
+// defaultOperator names the operator of a resolution given no --by: $USER,
+// else the account the command runs as (a container has no $USER, and an
+// operator settling money by hand should not have to name themselves to be
+// recorded), else its user id.
+func defaultOperator(getenv func(string) string) string {
+	if name := getenv("USER"); name != "" {
+		return name
 	}
-	return string(s)
-}
-
-func newRequestJSON(v idempotency.View, tenant string) requestJSON {
-	r := requestJSON{
-		Tenant: tenant, Key: v.Key, Endpoint: v.Method + " " + v.Path, State: operatorState(v.State),
-		RecoveryPoint: string(v.Point), Attempts: v.Attempts, CreatedAt: v.CreatedAt.UTC().Format(time.RFC3339),
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
 	}
-	if v.NextAttemptAt != nil {
-		s := v.NextAttemptAt.UTC().Format(time.RFC3339)
-		r.NextAttemptAt = &s
-	}
-	if v.LastError != "" {
-		r.LastError = &v.LastError
-	}
-	return r
-}
-
-func printRequests(w io.Writer, views []idempotency.View, names map[int64]string, asJSON bool) error {
-	if asJSON {
-		enc := json.NewEncoder(w)
-		for _, v := range views {
-			if err := enc.Encode(newRequestJSON(v, names[v.TenantID])); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tKEY\tENDPOINT\tSTATE\tRECOVERY POINT\tATTEMPTS\tNEXT ATTEMPT\tLAST ERROR")
-	for _, v := range views {
-		r := newRequestJSON(v, names[v.TenantID])
-		next, lastErr := "-", "-"
-		if r.NextAttemptAt != nil {
-			next = *r.NextAttemptAt
-		}
-		if r.LastError != nil {
-			lastErr = *r.LastError
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Tenant, r.Key, r.Endpoint, r.State, r.RecoveryPoint, r.Attempts, next, lastErr)
-	}
-	return tw.Flush()
-}
-
-func tenantNames(ctx context.Context, pool *pgxpool.Pool, views []idempotency.View) (map[int64]string, error) {
-	ids := make([]int64, 0, len(views))
-	for _, v := range views {
-		ids = append(ids, v.TenantID)
-	}
-	return tenants.Names(ctx, pool, ids)
-}
-
-// shownRequest is `requests show`: the whole record.
-type shownRequest struct {
-	requestJSON
-	ResponseStatus *int               `json:"response_status"`
-	Response       json.RawMessage    `json:"response"`
-	CompletedAt    *string            `json:"completed_at"`
-	Charge         json.RawMessage    `json:"charge"`
-	Resolutions    []charges.Resolved `json:"resolutions"`
-}
-
-func showRequest(ctx context.Context, pool *pgxpool.Pool, t tenants.Tenant, key string) (*shownRequest, error) {
-	v, err := idempotency.GetView(ctx, pool, t.ID, key)
-	if err != nil {
-		return nil, err
-	}
-	shown := &shownRequest{requestJSON: newRequestJSON(v, t.Name), ResponseStatus: v.ResponseStatus,
-		Response: json.RawMessage("null"), Charge: json.RawMessage("null"), Resolutions: []charges.Resolved{}}
-	if v.CompletedAt != nil {
-		s := v.CompletedAt.UTC().Format(time.RFC3339)
-		shown.CompletedAt = &s
-	}
-	store, err := idempotency.NewStore(idempotency.Config{})
-	if err != nil {
-		return nil, err
-	}
-	rec, err := store.Lookup(ctx, pool, t.ID, key)
-	if err != nil {
-		return nil, err
-	}
-	if rec.Response != nil {
-		if json.Valid(rec.Response.Body) {
-			shown.Response = rec.Response.Body
-		} else {
-			raw, _ := json.Marshal(string(rec.Response.Body))
-			shown.Response = raw
-		}
-	}
-	if v.ObjectID != "" {
-		if c, err := charges.ByID(ctx, pool, t.ID, v.ObjectID); err == nil {
-			if shown.Charge, err = c.MarshalJSON(); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if shown.Resolutions, err = charges.ResolutionsOf(ctx, pool, rec.ID()); err != nil {
-		return nil, err
-	}
-	return shown, nil
+	return "uid " + strconv.Itoa(os.Getuid())
 }

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/url"
+	"os/user"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
@@ -20,10 +23,18 @@ import (
 // tenant's view of its keys (GET /v1/idempotency_keys) and the operator's
 // commands (`api requests …`).
 
-// cli runs the api command line against the bundle's database and PSP.
+// cli runs the api command line against the bundle's database and PSP, as
+// user "tester".
 func (b *testBundle) cli(t *testing.T, pspURL string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	env := map[string]string{"DATABASE_URL": b.dbURL, "PSP_URL": pspURL, "USER": "tester"}
+	return b.cliEnv(t, map[string]string{"PSP_URL": pspURL, "USER": "tester"}, args...)
+}
+
+// cliEnv runs the api command line against the bundle's database with env.
+func (b *testBundle) cliEnv(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	env = maps.Clone(env)
+	env["DATABASE_URL"] = b.dbURL
 	var out, errOut bytes.Buffer
 	code = run(args, func(k string) string { return env[k] }, &out, &errOut)
 	return code, out.String(), errOut.String()
@@ -161,6 +172,7 @@ func TestTenantListsItsKeys(t *testing.T) {
 	require.Len(t, unfinished.Data, 1)
 	require.Equal(t, "list-outage", unfinished.Data[0].Key)
 	require.Len(t, get("?state=completed&limit=100").Data, 6)
+	require.Len(t, get("?state=done&limit=100").Data, 6, "done is an alias of completed")
 	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
 
 	status, _, body = b.do(t, http.MethodGet, "/v1/idempotency_keys?state=bogus", nil, nil)
@@ -215,15 +227,17 @@ func TestGiveUpMovesToNeedsAttentionAndOperatorResolves(t *testing.T) {
 	for _, k := range []string{"next_attempt_at", "created_at"} {
 		require.Contains(t, listed, k)
 	}
-	code, out, _ = b.cli(t, pspURL, "requests", "list", "--state", "done")
-	require.Zero(t, code)
-	require.NotContains(t, out, key)
+	for _, completed := range []string{"completed", "done"} {
+		code, out, errOut = b.cli(t, pspURL, "requests", "list", "--state", completed)
+		require.Zero(t, code, errOut)
+		require.NotContains(t, out, key)
+	}
 
 	// The PSP holds no authorization: succeeded contradicts it.
 	code, _, errOut = b.cli(t, pspURL, "requests", "resolve", "acme", key, "--as", "succeeded", "--reason", "customer says paid")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "contradicts")
-	require.Equal(t, 1, len(strings.Split(strings.TrimSpace(errOut), "\n")), "one line: %q", errOut)
+	require.Len(t, strings.Split(strings.TrimSpace(errOut), "\n"), 1, "one line: %q", errOut)
 	_, doc = b.getKey(t, key)
 	require.Equal(t, "needs_attention", doc.State, "a refused resolution changes nothing")
 
@@ -253,7 +267,7 @@ func TestGiveUpMovesToNeedsAttentionAndOperatorResolves(t *testing.T) {
 		} `json:"resolutions"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &shown))
-	require.Equal(t, "done", shown.State)
+	require.Equal(t, "completed", shown.State)
 	require.Contains(t, string(shown.Response), "payment_failed")
 	require.Contains(t, string(shown.Charge), p.Charge)
 	require.Len(t, shown.Resolutions, 1)
@@ -295,4 +309,125 @@ func TestOperatorRetryMakesNextAttemptDue(t *testing.T) {
 	require.Equal(t, 1, code)
 	scanner := bufio.NewScanner(strings.NewReader(errOut))
 	require.True(t, scanner.Scan())
+}
+
+// The operator's commands and the tenant's view name the states alike:
+// `requests list --state X` accepts exactly what ?state=X accepts, and
+// prints the state the tenant view shows.
+func TestRequestStatesAreOneVocabulary(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.Equal(t, http.StatusCreated, b.post(t, "vocab-1", visaBody).status)
+	for _, state := range []string{"in_progress", "unfinished", "needs_attention", "completed", "done"} {
+		status, _, body := b.do(t, http.MethodGet, "/v1/idempotency_keys?state="+state, nil, nil)
+		require.Equal(t, http.StatusOK, status, "?state=%s: %s", state, body)
+		code, out, errOut := b.cli(t, "embedded", "requests", "list", "--state", state, "--json")
+		require.Zero(t, code, "--state %s: %s", state, errOut)
+		if state == "completed" || state == "done" {
+			require.Contains(t, string(body), `"state":"completed"`)
+			require.Contains(t, out, `"state":"completed"`)
+		} else {
+			require.Contains(t, string(body), `"data":[]`)
+			require.Empty(t, out)
+		}
+	}
+	// requests list -h explains the states in their order.
+	at := -1
+	for _, st := range idempotency.RequestStates() {
+		i := strings.Index(requestsListCommand.help, string(st)+" (")
+		require.Greater(t, i, at, "requests list -h explains %s, after the states before it", st)
+		at = i
+	}
+
+	status, _, body := b.do(t, http.MethodGet, "/v1/idempotency_keys?state=started", nil, nil)
+	require.Equal(t, http.StatusBadRequest, status, "the stored state is not a filter: %s", body)
+	code, _, errOut := b.cli(t, "embedded", "requests", "list", "--state", "started")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "in_progress, unfinished, needs_attention, completed")
+}
+
+// `requests show` prints one field per line for a person, the stored
+// answer and the charge included; --json prints the same as JSON.
+func TestRequestsShowIsHumanReadable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.post(t, "show-1", visaBody)
+	require.Equal(t, http.StatusCreated, r.status)
+	id := decodeCharge(t, r.body).ID
+
+	code, out, errOut := b.cli(t, "embedded", "requests", "show", "acme", "show-1")
+	require.Zero(t, code, errOut)
+	require.NotEqual(t, "{", out[:1], "not JSON: %s", out)
+	lines := strings.Split(out, "\n")
+	field := func(name string) string {
+		t.Helper()
+		for _, l := range lines {
+			if rest, ok := strings.CutPrefix(l, name+" "); ok {
+				return strings.TrimSpace(rest)
+			}
+		}
+		require.Failf(t, "no line", "%q in:\n%s", name, out)
+		return ""
+	}
+	require.Equal(t, "acme", field("tenant"))
+	require.Equal(t, "show-1", field("key"))
+	require.Equal(t, "POST /v1/charges", field("endpoint"))
+	require.Equal(t, "completed", field("state"))
+	require.Equal(t, "done", field("recovery point"))
+	require.Equal(t, "201", field("stored answer"))
+	require.Regexp(t, `^`+id+` authorized, 1000 usd, captured 0, refunded 0, at PSP default as auth_\w+$`, field("charge"))
+	require.Equal(t, "0", field("resolutions"))
+	require.Contains(t, out, "\n  {\n    \"id\": \""+id+"\",\n", "the stored answer, indented")
+	// Values start in one column.
+	for _, name := range []string{"key", "state", "recovery point", "stored answer", "charge"} {
+		for _, l := range lines {
+			if strings.HasPrefix(l, name+" ") {
+				require.Equal(t, strings.Index(lines[0], "acme"), strings.Index(l, field(name)), "%q is aligned", l)
+			}
+		}
+	}
+
+	code, out, errOut = b.cli(t, "embedded", "requests", "show", "acme", "show-1", "--json")
+	require.Zero(t, code, errOut)
+	var shown map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &shown))
+	require.Equal(t, "completed", shown["state"])
+	require.EqualValues(t, 201, shown["response_status"])
+}
+
+// `requests resolve` without --by records $USER, and with no $USER (a
+// container) the account the command runs as: it never fails for want of
+// a name.
+func TestResolveWithoutByRecordsTheAccount(t *testing.T) {
+	t.Parallel()
+	var m *Main
+	b := setup(t, func(mm *Main) { m = mm; mm.Config.GiveUpAfter = time.Millisecond })
+	account, err := user.Current()
+	require.NoError(t, err)
+	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
+	for _, key := range []string{"by-user", "by-account"} {
+		requireProblem(t, b.post(t, key, visaBody), http.StatusServiceUnavailable, "payment_unresolved")
+	}
+	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+
+	for key, env := range map[string]map[string]string{
+		"by-user":    {"PSP_URL": m.MockPSPURL(), "USER": "ops-sam"},
+		"by-account": {"PSP_URL": m.MockPSPURL()},
+	} {
+		code, _, errOut := b.cliEnv(t, env, "requests", "resolve", "acme", key, "--as", "failed", "--reason", "no authorization at the PSP")
+		require.Zero(t, code, "%s: %s", key, errOut)
+	}
+	for key, want := range map[string]string{"by-user": "ops-sam", "by-account": account.Username} {
+		code, out, errOut := b.cli(t, m.MockPSPURL(), "requests", "show", "acme", key, "--json")
+		require.Zero(t, code, errOut)
+		var shown struct {
+			Resolutions []struct{ By string } `json:"resolutions"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &shown))
+		require.Len(t, shown.Resolutions, 1)
+		require.Equal(t, want, shown.Resolutions[0].By, key)
+	}
+	code, out, errOut := b.cli(t, m.MockPSPURL(), "requests", "show", "acme", "by-user")
+	require.Zero(t, code, errOut)
+	require.Regexp(t, `\nresolutions +1\n  1\. \S+ as failed by ops-sam: no authorization at the PSP \(PSP: .+\)\n`, out)
 }

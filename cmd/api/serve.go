@@ -22,6 +22,7 @@ import (
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
@@ -39,7 +40,7 @@ type Main struct {
 	Config Config
 	Logger *slog.Logger
 	// CrashHook is passed to the state machine (tests only).
-	CrashHook func(ctx context.Context, at charges.CrashPoint) error
+	CrashHook func(ctx context.Context, at phases.CrashPoint) error
 	// WrapPSP, if set, wraps the PSP the service uses (the chaos build's
 	// deliberate defects, package harness/faults).
 	WrapPSP func(charges.Authorizer) (charges.Authorizer, error)
@@ -52,13 +53,15 @@ type Main struct {
 	// limits (httpapi.ServerConfig). Tests shorten them.
 	Server httpapi.ServerConfig
 
-	mu          sync.Mutex
-	addr        string
-	metricsAddr string
-	mockPSP     *psp.Mock
-	mockPSPURL  string
-	ready       chan struct{}
-	auth        *tenants.Authenticator
+	// metrics serves /metrics on METRICS_ADDR, when set.
+	metrics httpapi.MetricsListener
+
+	mu         sync.Mutex
+	addr       string
+	mockPSP    *psp.Mock
+	mockPSPURL string
+	ready      chan struct{}
+	auth       *tenants.Authenticator
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
@@ -118,7 +121,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	svc, err := charges.NewService(pool, keys, authorizer, charges.Config{
+	svc, err := charges.NewService(pool, keys, authorizer, phases.Config{
 		OneCommitPerPhase: m.Config.OneCommitPerPhase,
 		CrashHook:         m.CrashHook,
 		Logger:            m.Logger,
@@ -143,7 +146,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	if m.Config.MetricsAddr != "" {
-		stopMetrics, err := m.serveMetrics(tel.MetricsHandler)
+		stopMetrics, err := m.metrics.Serve(m.Config.MetricsAddr, tel.MetricsHandler, m.Logger)
 		if err != nil {
 			return err
 		}

@@ -20,7 +20,7 @@ func TestChargectlHelpStartsNothing(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), args, env, &stdout, &stderr)
 		require.Equal(t, 0, code, "%q: %s", args, stderr.String())
-		require.Contains(t, stdout.String(), "Usage:", args)
-		require.Empty(t, stderr.String(), args)
+		require.Contains(t, stdout.String(), "Usage:", "%v", args)
+		require.Empty(t, stderr.String(), "%v", args)
 	}
 }

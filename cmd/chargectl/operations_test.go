@@ -308,7 +308,7 @@ func TestChargectlOperations(t *testing.T) {
 		} {
 			res := runCLI(t, env, tc.args...)
 			require.Equal(t, 2, res.code, fmt.Sprint(tc.args))
-			require.Contains(t, res.stderr, tc.want, tc.args)
+			require.Contains(t, res.stderr, tc.want, "%v", tc.args)
 		}
 	})
 }

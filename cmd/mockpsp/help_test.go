@@ -28,17 +28,17 @@ func TestMockPSPHelpStartsNothing(t *testing.T) {
 		go func() { done <- run(tt.args, &stdout, &stderr) }()
 		select {
 		case code := <-done:
-			require.Equal(t, tt.code, code, "%q", tt.args)
+			require.Equal(t, tt.code, code, "%q", "%v", tt.args)
 		case <-time.After(5 * time.Second):
-			require.FailNow(t, "run did not return: it started a server", "%q", tt.args)
+			require.FailNow(t, "run did not return: it started a server", "%q", "%v", tt.args)
 		}
 		if tt.code == 0 {
-			require.Contains(t, stdout.String(), "Usage: mockpsp", tt.args)
-			require.Contains(t, stdout.String(), "MOCKPSP_ADDR", tt.args)
-			require.Empty(t, stderr.String(), tt.args)
+			require.Contains(t, stdout.String(), "Usage: mockpsp", "%v", tt.args)
+			require.Contains(t, stdout.String(), "MOCKPSP_ADDR", "%v", tt.args)
+			require.Empty(t, stderr.String(), "%v", tt.args)
 		} else {
-			require.Empty(t, stdout.String(), tt.args)
-			require.Contains(t, stderr.String(), "mockpsp -h", tt.args)
+			require.Empty(t, stdout.String(), "%v", tt.args)
+			require.Contains(t, stderr.String(), "mockpsp -h", "%v", tt.args)
 		}
 	}
 }

@@ -30,7 +30,7 @@ func runWithin(t *testing.T, d time.Duration, args []string, vars map[string]str
 	case code := <-done:
 		return runResult{code, stdout.String(), stderr.String()}
 	case <-time.After(d):
-		require.FailNow(t, "run did not return: it started a reaper", "args %q", args)
+		require.FailNow(t, "run did not return: it started a reaper", "args %q", "%v", args)
 		return runResult{}
 	}
 }
@@ -99,7 +99,7 @@ func TestReaperHelpStartsNothing(t *testing.T) {
 	// Anything else on the command line is a mistake, not a start.
 	for _, args := range [][]string{{"--bogus"}, {"serve"}} {
 		r := runWithin(t, 5*time.Second, args, vars)
-		require.Equal(t, 2, r.code, args)
+		require.Equal(t, 2, r.code, "%v", args)
 		require.Empty(t, r.stdout)
 		require.Contains(t, r.stderr, "reaper -h")
 	}

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"sync"
@@ -28,6 +27,7 @@ import (
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
 	"github.com/phasepay/phasepay/internal/routing"
@@ -178,8 +178,8 @@ type Main struct {
 	// deliberate defects, package harness/faults).
 	WrapPSP func(charges.Authorizer) (charges.Authorizer, error)
 
-	mu          sync.Mutex
-	metricsAddr string
+	// metrics serves /metrics on REAPER_METRICS_ADDR, when set.
+	metrics httpapi.MetricsListener
 }
 
 // Run runs the reaper until ctx ends.
@@ -226,7 +226,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 
 	if m.Config.MetricsAddr != "" {
-		stopMetrics, err := m.serveMetrics(tel.MetricsHandler)
+		stopMetrics, err := m.metrics.Serve(m.Config.MetricsAddr, tel.MetricsHandler, m.Logger)
 		if err != nil {
 			return err
 		}
@@ -238,7 +238,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	svc, err := charges.NewService(pool, keys, authorizer, charges.Config{
+	svc, err := charges.NewService(pool, keys, authorizer, phases.Config{
 		Logger: m.Logger, TracerProvider: tel.Tracer, MeterProvider: tel.Meter,
 	})
 	if err != nil {
@@ -278,20 +278,6 @@ func (m *Main) Run(ctx context.Context) error {
 	return err
 }
 
-func (m *Main) serveMetrics(h http.Handler) (stop func(), err error) {
-	addr, stop, err := httpapi.ServeMetrics(m.Config.MetricsAddr, h, m.Logger)
-	if err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	m.metricsAddr = addr
-	m.mu.Unlock()
-	return stop, nil
-}
-
-// MetricsAddr returns the metrics listener's address once Run serves it.
-func (m *Main) MetricsAddr() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.metricsAddr
-}
+// MetricsAddr returns the metrics listener's address once Run serves it
+// (REAPER_METRICS_ADDR set), else "".
+func (m *Main) MetricsAddr() string { return m.metrics.Addr() }

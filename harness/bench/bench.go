@@ -1,7 +1,7 @@
 // Package bench is `make bench`: phasepay measured against what PostgreSQL
 // itself does on the same machine, in the same run, at the same
-// concurrency levels. See Run for the steps and README.md for the latest
-// table.
+// concurrency levels. See Run for the steps, and docs/benchmarks.md for the
+// latest tables and the plots they draw (plot.go).
 package bench
 
 import (

@@ -174,16 +174,16 @@ func TestMedianTakesEachFigureOnItsOwn(t *testing.T) {
 		{Clients: 8, Requests: 30, PerSec: 200, Latency: Latency{P50: 9}, Statuses: map[int]int{201: 29, 409: 1}},
 	}
 	m := median(rs)
-	require.Equal(t, 200.0, m.PerSec)
-	require.Equal(t, 3.0, m.Latency.P50)
+	require.InDelta(t, 200.0, m.PerSec, 1e-9)
+	require.InDelta(t, 3.0, m.Latency.P50, 1e-9)
 	require.Equal(t, 60, m.Requests)
 	require.Equal(t, map[int]int{201: 59, 409: 1}, m.Statuses)
-	require.Equal(t, 200.0, median(rs[:2]).PerSec, "an even count averages the middle two")
+	require.InDelta(t, 200.0, median(rs[:2]).PerSec, 1e-9, "an even count averages the middle two")
 
 	var order []string
 	a, b := alternate(2, func(int) LoadResult { order = append(order, "A"); return rs[0] },
 		func(int) LoadResult { order = append(order, "B"); return rs[1] })
 	require.Equal(t, []string{"A", "B", "A", "B"}, order)
-	require.Equal(t, 100.0, a.PerSec)
-	require.Equal(t, 300.0, b.PerSec)
+	require.InDelta(t, 100.0, a.PerSec, 1e-9)
+	require.InDelta(t, 300.0, b.PerSec, 1e-9)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
@@ -81,7 +82,7 @@ func (b *failoverBundle) standby() string {
 
 // create runs one POST /v1/charges on the database at dbURL, on a pool and
 // a service of its own (closed after), as an api process would.
-func (b *failoverBundle) create(dbURL, key, body string) charges.Result {
+func (b *failoverBundle) create(dbURL, key, body string) phases.Result {
 	b.t.Helper()
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(dbURL)
@@ -90,9 +91,9 @@ func (b *failoverBundle) create(dbURL, key, body string) charges.Result {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(b.t, err)
 	defer pool.Close()
-	svc := chargestest.NewService(b.t, pool, b.keys, b.client, charges.Config{})
-	req, params := chargestest.Request(b.t, body)
-	res, err := svc.Create(ctx, b.tenant, key, req, params)
+	svc := chargestest.NewService(b.t, pool, b.keys, b.client, phases.Config{})
+	req, _ := chargestest.Request(b.t, body)
+	res, err := svc.Create(ctx, b.tenant, key, charges.Parsed(req))
 	require.NoError(b.t, err)
 	svc.Wait()
 	return res
@@ -124,7 +125,7 @@ func TestClaimLostInFailoverAuthorizesOnce(t *testing.T) {
 	// The promotion: the retry reaches the standby, which never saw the claim.
 	retry := b.create(standby, "order-1", visaBody)
 	require.Equal(t, http.StatusCreated, retry.Response.Status)
-	require.Equal(t, charges.OutcomeNew, retry.Outcome, "the key is new to the promoted standby")
+	require.Equal(t, phases.OutcomeNew, retry.Outcome, "the key is new to the promoted standby")
 	require.Equal(t, chargeID(t, first.Response), chargeID(t, retry.Response), "the retry derives the lost claim's charge id")
 	auths := b.authorizations()
 	require.Len(t, auths, 1, "the PSP authorized the intent %d times: %+v", len(auths), auths)
@@ -150,7 +151,7 @@ func TestAnswerLostInFailoverIsNotReplayed(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 
 	retry := b.create(standby, "order-1", visaBody)
-	require.Equal(t, charges.OutcomeNew, retry.Outcome, "a replay needs the stored answer, which the promotion lost")
+	require.Equal(t, phases.OutcomeNew, retry.Outcome, "a replay needs the stored answer, which the promotion lost")
 	require.Equal(t, chargeID(t, first.Response), chargeID(t, retry.Response))
 	require.NotEqual(t, string(first.Response.Body), string(retry.Response.Body),
 		"the answer is rebuilt, not replayed: only synchronous replication keeps the first")

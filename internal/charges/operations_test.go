@@ -2,6 +2,7 @@ package charges_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -10,14 +11,15 @@ import (
 
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
 // authorized returns the id of a new authorized charge of 1000.
 func authorized(t *testing.T, b *chargestest.Bundle, svc *charges.Service) string {
 	t.Helper()
-	req, params := chargestest.Request(t, visa)
-	res, err := svc.Create(context.Background(), b.Tenant, "auth", req, params)
+	req, _ := chargestest.Request(t, visa)
+	res, err := svc.Create(context.Background(), b.Tenant, "auth", charges.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status)
 	return chargeID(t, res.Response)
@@ -30,33 +32,44 @@ func TestConcurrentCaptureAndVoidOneWins(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	svc := b.Service(t, 0, charges.Config{})
+	svc := b.Service(t, 0, phases.Config{})
 	id := authorized(t, b, svc)
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		status = map[int]int{}
+		errs   [16]error // each request's, asserted on the test's goroutine
 	)
-	for i := range 16 {
+	for i := range errs {
 		wg.Go(func() {
-			var res charges.Result
+			var res phases.Result
 			var err error
 			if i%2 == 0 {
 				req, perr := charges.ParseCaptureRequest(id, []byte(`{}`))
-				require.NoError(t, perr)
-				res, err = svc.Capture(ctx, b.Tenant, fmt.Sprintf("c%d", i), req)
+				if perr != nil {
+					errs[i] = perr
+					return
+				}
+				res, err = svc.Capture(ctx, b.Tenant, fmt.Sprintf("c%d", i), id, charges.Parsed(req))
 			} else {
 				req, perr := charges.ParseVoidRequest(id, []byte(`{}`))
-				require.NoError(t, perr)
-				res, err = svc.Void(ctx, b.Tenant, fmt.Sprintf("v%d", i), req)
+				if perr != nil {
+					errs[i] = perr
+					return
+				}
+				res, err = svc.Void(ctx, b.Tenant, fmt.Sprintf("v%d", i), id, charges.Parsed(req))
 			}
-			require.NoError(t, err)
+			if err != nil {
+				errs[i] = err
+				return
+			}
 			mu.Lock()
 			status[res.Response.Status]++
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	require.NoError(t, errors.Join(errs[:]...))
 	require.Equal(t, map[int]int{200: 1, 400: 15}, status)
 	require.Equal(t, 1, len(b.Mock.Captures())+len(b.Mock.Voids()))
 }
@@ -67,11 +80,11 @@ func TestConcurrentRefundsNeverExceedCaptured(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	svc := b.Service(t, 0, charges.Config{})
+	svc := b.Service(t, 0, phases.Config{})
 	id := authorized(t, b, svc)
 	req, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 	require.NoError(t, err)
-	res, err := svc.Capture(ctx, b.Tenant, "cap", req)
+	res, err := svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 200, res.Response.Status, string(res.Response.Body))
 
@@ -79,19 +92,27 @@ func TestConcurrentRefundsNeverExceedCaptured(t *testing.T) {
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		status = map[int]int{}
+		errs   [10]error // each refund's, asserted on the test's goroutine
 	)
-	for i := range 10 {
+	for i := range errs {
 		wg.Go(func() {
 			req, _, err := charges.ParseRefundRequest(fmt.Appendf(nil, `{"charge":%q,"amount":300}`, id))
-			require.NoError(t, err)
-			res, err := svc.Refund(ctx, b.Tenant, fmt.Sprintf("r%d", i), req)
-			require.NoError(t, err)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			res, err := svc.Refund(ctx, b.Tenant, fmt.Sprintf("r%d", i), charges.Parsed(req))
+			if err != nil {
+				errs[i] = err
+				return
+			}
 			mu.Lock()
 			status[res.Response.Status]++
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	require.NoError(t, errors.Join(errs[:]...))
 	require.Equal(t, map[int]int{201: 3, 400: 7}, status)
 	c, err := svc.Get(ctx, b.Tenant, id)
 	require.NoError(t, err)
@@ -111,25 +132,25 @@ func TestCaptureWaitsForUnresolvedAuthorization(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	svc := b.Service(t, 0, charges.Config{})
+	svc := b.Service(t, 0, phases.Config{})
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
-	req, params := chargestest.Request(t, visa)
-	_, err := svc.Create(ctx, b.Tenant, "auth", req, params)
+	req, _ := chargestest.Request(t, visa)
+	_, err := svc.Create(ctx, b.Tenant, "auth", charges.Parsed(req))
 	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
 	id := b.ChargeIDs(t, "auth")[0]
 
 	capture, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 	require.NoError(t, err)
-	_, err = svc.Capture(ctx, b.Tenant, "cap", capture)
+	_, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(capture))
 	require.ErrorIs(t, err, charges.ErrChargePending)
 
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))
 	_, err = b.Pool.Exec(ctx, `UPDATE idempotency_keys SET next_attempt_at = NULL WHERE key = 'auth'`)
 	require.NoError(t, err)
-	res, err := svc.Create(ctx, b.Tenant, "auth", req, params)
+	res, err := svc.Create(ctx, b.Tenant, "auth", charges.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status)
-	res, err = svc.Capture(ctx, b.Tenant, "cap", capture)
+	res, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(capture))
 	require.NoError(t, err)
 	require.Equal(t, 200, res.Response.Status, string(res.Response.Body))
 	require.Len(t, b.Mock.Captures(), 1)

@@ -2,7 +2,6 @@ package dbstate_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -62,6 +61,6 @@ func TestDatabaseErrorsAreClassified(t *testing.T) {
 	require.True(t, dbstate.Unavailable(err), "connect refused: %v", err)
 
 	require.True(t, dbstate.Unavailable(dbstate.Wrap(err)))
-	require.True(t, errors.Is(dbstate.Wrap(err), dbstate.ErrUnavailable))
+	require.ErrorIs(t, dbstate.Wrap(err), dbstate.ErrUnavailable)
 	require.NoError(t, dbstate.Wrap(nil))
 }

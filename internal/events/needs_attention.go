@@ -34,7 +34,7 @@ func NeedsAttention(ctx context.Context, tx idempotency.DBTX, rec idempotency.Re
 		Object:        "idempotency_key",
 		Key:           rec.Key,
 		Endpoint:      rec.Request.Method + " " + rec.Request.Path,
-		State:         string(idempotency.ViewNeedsAttention),
+		State:         string(idempotency.RequestNeedsAttention),
 		RecoveryPoint: string(rec.Point),
 		Attempts:      rec.Attempts,
 		CreatedAt:     rec.CreatedAt.UTC().Format(time.RFC3339),

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 )
 
@@ -114,14 +115,22 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// ServeMetrics serves GET /metrics (h) on a listener of its own at addr
-// (METRICS_ADDR), so that a public API port does not expose the process's
-// internals. It has the API's connection limits: a scraper is a client like
-// any other. It returns the address it listens on and a stop function.
-func ServeMetrics(addr string, h http.Handler, log *slog.Logger) (bound string, stop func(), err error) {
+// MetricsListener serves GET /metrics on a listener of its own
+// (METRICS_ADDR, REAPER_METRICS_ADDR), so that a public API port does not
+// expose the process's internals, and remembers the address it bound (an
+// addr of port 0 picks a free one; tests read it). It has the API's
+// connection limits: a scraper is a client like any other. Every process
+// that serves metrics holds one; the zero value is ready to use.
+type MetricsListener struct {
+	mu   sync.Mutex
+	addr string
+}
+
+// Serve serves h on addr until stop is called.
+func (l *MetricsListener) Serve(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", nil, fmt.Errorf("metrics listener: %w", err)
+		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
@@ -132,5 +141,15 @@ func ServeMetrics(addr string, h http.Handler, log *slog.Logger) (bound string, 
 		}
 	}()
 	log.Info("metrics listening", "addr", ln.Addr().String())
-	return ln.Addr().String(), func() { _ = srv.Shutdown(context.Background()) }, nil
+	l.mu.Lock()
+	l.addr = ln.Addr().String()
+	l.mu.Unlock()
+	return func() { _ = srv.Shutdown(context.Background()) }, nil
+}
+
+// Addr returns the address Serve listens on, or "" before it does.
+func (l *MetricsListener) Addr() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.addr
 }

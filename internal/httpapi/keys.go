@@ -64,7 +64,8 @@ func (s *server) getKey(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, newKeyJSON(v))
 }
 
-// listKeys serves GET /v1/idempotency_keys?state=…, newest first.
+// listKeys serves GET /v1/idempotency_keys?state=…, newest first. The state
+// is one of idempotency.RequestStates, or an alias of one (done).
 func (s *server) listKeys(w http.ResponseWriter, r *http.Request) {
 	tenant, _ := tenants.FromContext(r.Context())
 	p, err := parseListParams(r)
@@ -72,9 +73,9 @@ func (s *server) listKeys(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var state idempotency.ViewState
+	var state idempotency.RequestState
 	if v := r.URL.Query().Get("state"); v != "" {
-		if state, err = idempotency.ParseViewState(v); err != nil {
+		if state, err = idempotency.ParseRequestState(v); err != nil {
 			s.writeError(w, r, &paramError{name: "state", msg: strings.TrimPrefix(err.Error(), "state ")})
 			return
 		}

@@ -37,7 +37,7 @@ func TestFingerprintCanonical(t *testing.T) {
 	for _, d := range different {
 		got, err := idempotency.Canonicalize(d.method, d.path, []byte(d.body))
 		require.NoError(t, err)
-		require.NotEqual(t, want.Fingerprint, got.Fingerprint, d)
+		require.NotEqual(t, want.Fingerprint, got.Fingerprint, "%v", d)
 	}
 
 	_, err = idempotency.Canonicalize("POST", "/v1/charges", []byte(`{"amount":`))
@@ -106,6 +106,6 @@ func TestRawFingerprintMatchesOnlyTheCanonicalBytes(t *testing.T) {
 		{"PUT", "/v1/charges", string(canon.Body)},
 		{"POST", "/v1/charges" + string(canon.Body), ""},
 	} {
-		require.NotEqual(t, canon.Fingerprint, idempotency.RawFingerprint(d.method, d.path, []byte(d.body)), d)
+		require.NotEqual(t, canon.Fingerprint, idempotency.RawFingerprint(d.method, d.path, []byte(d.body)), "%v", d)
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Lease is a worker's hold on a started key: the right to advance it, valid
@@ -37,10 +35,11 @@ UPDATE idempotency_keys
 
 // Advance moves the key to point inside tx, fenced by the lease. Call it
 // before the phase's effects, in the same transaction; the caller commits.
-// It returns ErrLeaseLost if the lease was taken over or the key finished.
-func (l *Lease) Advance(ctx context.Context, tx pgx.Tx, point RecoveryPoint) error {
+// It returns ErrLeaseLost if the lease was taken over or the key finished
+// (from the commit, when tx is a Queuer).
+func (l *Lease) Advance(ctx context.Context, tx Execer, point RecoveryPoint) error {
 	r := l.Record
-	_, err := tx.Exec(ctx, advanceSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, string(point), l.store.cfg.Lease.Microseconds())
+	err := write(ctx, tx, advanceSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, string(point), l.store.cfg.Lease.Microseconds())
 	return fenceError(err, "advance %q to %s", r.Key, point)
 }
 
@@ -61,10 +60,11 @@ UPDATE idempotency_keys
    AND state = 'started'`, "finish")
 
 // Finish stores resp as the key's final answer inside tx, the transaction of
-// the request's last effect. It returns ErrLeaseLost if the lease was lost.
-func (l *Lease) Finish(ctx context.Context, tx pgx.Tx, resp Response) error {
+// the request's last effect. It returns ErrLeaseLost if the lease was lost
+// (from the commit, when tx is a Queuer).
+func (l *Lease) Finish(ctx context.Context, tx Execer, resp Response) error {
 	r := l.Record
-	_, err := tx.Exec(ctx, finishSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, resp.Status, resp.ContentType, resp.Body)
+	err := write(ctx, tx, finishSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, resp.Status, resp.ContentType, resp.Body)
 	return fenceError(err, "finish %q", r.Key)
 }
 
@@ -121,4 +121,34 @@ func (l *Lease) Heartbeat(ctx context.Context, q DBTX, lost func(error)) {
 			}
 		}
 	}
+}
+
+// unlockSQL gives a lease up without ending an attempt: the holder did not
+// fail at its work, the database failed under it (the phase engine's
+// releaseLater). The key stays at its last committed recovery point with
+// its attempts, last error and schedule unchanged, so that the client's
+// next retry resumes it at once instead of being told to wait for a PSP
+// that never failed (releaseSQL would count an attempt and schedule the
+// next one). Fenced like every write of a holder.
+const unlockSQL = `
+UPDATE idempotency_keys
+   SET locked_until = NULL
+ WHERE tenant_id = $1 AND key = $2 AND created_at = $3
+   AND lock_version = $4
+   AND state = 'started'`
+
+// Unlock gives the lease up at the key's last recovery point without
+// counting an attempt (see unlockSQL). It returns ErrLeaseLost if the lease
+// was already lost (the run's last commit landed, or the key was taken
+// over).
+func (l *Lease) Unlock(ctx context.Context, q DBTX) error {
+	r := l.Record
+	tag, err := q.Exec(ctx, unlockSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion)
+	if err != nil {
+		return fmt.Errorf("unlock %q: %w", r.Key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("unlock %q: %w", r.Key, ErrLeaseLost)
+	}
+	return nil
 }

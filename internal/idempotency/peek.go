@@ -93,10 +93,11 @@ func (s *Store) Peek(ctx context.Context, q DBTX, tenantID int64, key string) (R
 // can exist only if the day's partition stopped being attached before
 // that claim (retention's DETACH), and then the partition read answers
 // nothing. This relies on the race of two claims both inserting a row
-// being closed (the advisory lock, the lookup after it; pitfall 1), and on
-// the detached table not being read: between retention's DETACH and its
-// DROP a claim no longer finds the old row and may create a new one, while
-// the old row can still be read under the partition's name. peekDaySQL's
+// being closed (the advisory lock, the lookup after it; pitfall 1
+// "SELECT-then-INSERT"), and on the detached table not being read: between
+// retention's DETACH and its DROP a claim no longer finds the old row and
+// may create a new one, while the old row can still be read under the
+// partition's name. peekDaySQL's
 // EXISTS on pg_inherits closes that one, in the snapshot of the read: a
 // claim that missed the old row started after the detach (or its pending
 // mark) committed, so a read that sees the newer row sees the detach too.

@@ -145,13 +145,13 @@ func TestListsArePlannedForTheirValues(t *testing.T) {
 	unfinished := `Index Scan (Backward )?using idempotency_keys_p\d{8}_tenant_id_created_at_idx `
 
 	views, plan := planOf(func() ([]idempotency.View, error) {
-		return idempotency.List(ctx, generic, idempotency.Filter{State: idempotency.ViewNeedsAttention})
+		return idempotency.List(ctx, generic, idempotency.Filter{State: idempotency.RequestNeedsAttention})
 	})
 	require.Len(t, views, 1)
 	require.Regexp(t, unfinished, plan)
 
 	views, plan = planOf(func() ([]idempotency.View, error) {
-		return idempotency.ListViews(ctx, generic, b.tenant, idempotency.ViewNeedsAttention, "", 10)
+		return idempotency.ListViews(ctx, generic, b.tenant, idempotency.RequestNeedsAttention, "", 10)
 	})
 	require.Len(t, views, 1)
 	require.Equal(t, "stuck", views[0].Key)

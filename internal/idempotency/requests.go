@@ -19,7 +19,7 @@ type View struct {
 	TenantID      int64
 	Key           string
 	Method, Path  string
-	State         ViewState
+	State         RequestState
 	Point         RecoveryPoint
 	Attempts      int
 	NextAttemptAt *time.Time
@@ -31,47 +31,12 @@ type View struct {
 	CompletedAt    *time.Time
 }
 
-// ViewState is a key's state as shown outside: State, with a started key
-// split by whether a worker holds it right now.
-type ViewState string
-
-// The states of View.
-const (
-	ViewInProgress     ViewState = "in_progress"     // started, a worker holds its lease
-	ViewUnfinished     ViewState = "unfinished"      // started, nobody holds it: waiting for its next attempt
-	ViewNeedsAttention ViewState = "needs_attention" // given up: an operator must act
-	ViewCompleted      ViewState = "completed"       // done, its answer stored
-)
-
-// ParseViewState accepts the states of View, as a filter.
-func ParseViewState(s string) (ViewState, error) {
-	switch v := ViewState(s); v {
-	case ViewInProgress, ViewUnfinished, ViewNeedsAttention, ViewCompleted:
-		return v, nil
-	}
-	return "", fmt.Errorf("state %q: must be one of in_progress, unfinished, needs_attention, completed", s)
-}
-
-// viewColumns is read by scanView, in this order. The view state is
+// viewColumns is read by scanView, in this order. The request state is
 // computed here, by the database's clock, like every lease decision.
 const viewColumns = `tenant_id, key, request_method, request_path,
-       CASE WHEN state = 'done' THEN 'completed'
-            WHEN state = 'needs_attention' THEN 'needs_attention'
-            WHEN locked_until > phasepay_now() THEN 'in_progress'
-            ELSE 'unfinished' END,
+       ` + requestStateSQL + `,
        recovery_point, attempts, next_attempt_at, coalesce(last_error, ''), response_status,
        coalesce(object_id, ''), created_at, finished_at`
-
-// viewStateSQL filters on a view state ($n empty for any), spelled as the
-// CASE above.
-func viewStateSQL(n int) string {
-	p := fmt.Sprintf("$%d", n)
-	return `(` + p + ` = ''
-   OR (` + p + ` = 'completed' AND state = 'done')
-   OR (` + p + ` = 'needs_attention' AND state = 'needs_attention')
-   OR (` + p + ` = 'in_progress' AND state = 'started' AND locked_until > phasepay_now())
-   OR (` + p + ` = 'unfinished' AND state = 'started' AND (locked_until IS NULL OR locked_until <= phasepay_now())))`
-}
 
 func scanView(row pgx.Row) (View, error) {
 	var v View
@@ -116,7 +81,7 @@ func GetView(ctx context.Context, q DBTX, tenantID int64, key string) (View, err
 // The index idempotency_keys_tenant_created serves the order.
 var listViewsSQL = `SELECT ` + viewColumns + `
   FROM idempotency_keys
- WHERE tenant_id = $1 AND ` + viewStateSQL(2) + `
+ WHERE tenant_id = $1 AND ` + requestStateFilterSQL(2) + `
    AND ($3::timestamptz IS NULL OR (created_at, key) < ($3, $4))
  ORDER BY created_at DESC, key DESC
  LIMIT $5`
@@ -124,7 +89,7 @@ var listViewsSQL = `SELECT ` + viewColumns + `
 // ListViews returns up to limit of a tenant's keys in state (any if ""),
 // newest first, after the key named startingAfter (none if ""). It returns
 // ErrNotFound if startingAfter names no key of the tenant.
-func ListViews(ctx context.Context, q DBTX, tenantID int64, state ViewState, startingAfter string, limit int) ([]View, error) {
+func ListViews(ctx context.Context, q DBTX, tenantID int64, state RequestState, startingAfter string, limit int) ([]View, error) {
 	var (
 		afterAt  *time.Time
 		afterKey string
@@ -151,8 +116,8 @@ func ListViews(ctx context.Context, q DBTX, tenantID int64, state ViewState, sta
 type Filter struct {
 	// TenantID, if not zero, restricts the list to one tenant.
 	TenantID int64
-	// State, if set, restricts it to one view state.
-	State ViewState
+	// State, if set, restricts it to one request state.
+	State RequestState
 	// OlderThan, if positive, keeps keys claimed longer ago than this.
 	OlderThan time.Duration
 	// Limit bounds the list (default 1000).
@@ -164,7 +129,7 @@ type Filter struct {
 // needs_attention keys are read through idempotency_keys_unfinished.
 var operatorListSQL = `SELECT ` + viewColumns + `
   FROM idempotency_keys
- WHERE ($1 = 0 OR tenant_id = $1) AND ` + viewStateSQL(2) + `
+ WHERE ($1 = 0 OR tenant_id = $1) AND ` + requestStateFilterSQL(2) + `
    AND created_at <= phasepay_now() - $3 * interval '1 microsecond'
  ORDER BY created_at, tenant_id, key
  LIMIT $4`
@@ -280,9 +245,9 @@ UPDATE idempotency_keys SET object_id = $5
 // SetObject records, inside the transaction that creates it, the id of the
 // object the request created (shown in the tenant's view of the key). It
 // returns ErrLeaseLost if the lease was lost.
-func (l *Lease) SetObject(ctx context.Context, tx pgx.Tx, id string) error {
+func (l *Lease) SetObject(ctx context.Context, tx Execer, id string) error {
 	r := l.Record
-	if _, err := tx.Exec(ctx, setObjectSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, id); err != nil {
+	if err := write(ctx, tx, setObjectSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, id); err != nil {
 		return fenceError(err, "set object of %q", r.Key)
 	}
 	l.Record.ObjectID = id

@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -46,6 +47,17 @@ func claim(ctx context.Context, pool *pgxpool.Pool, store *idempotency.Store, te
 	return rec, created, err
 }
 
+// countTrue counts the workers that saw true.
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
 func countRows(t *testing.T, pool *pgxpool.Pool, tenant int64, key string) int {
 	t.Helper()
 	var n int
@@ -62,22 +74,15 @@ func TestConcurrentDuplicatesClaimOnce(t *testing.T) {
 	const workers = 50
 	var (
 		wg      sync.WaitGroup
-		mu      sync.Mutex
-		created int
+		created [workers]bool
+		errs    [workers]error
 	)
-	for range workers {
-		wg.Go(func() {
-			_, c, err := claim(ctx, b.pool, b.store, b.tenant, "dup", b.req)
-			require.NoError(t, err)
-			if c {
-				mu.Lock()
-				created++
-				mu.Unlock()
-			}
-		})
+	for i := range workers {
+		wg.Go(func() { _, created[i], errs[i] = claim(ctx, b.pool, b.store, b.tenant, "dup", b.req) })
 	}
 	wg.Wait()
-	require.Equal(t, 1, created)
+	require.NoError(t, errors.Join(errs[:]...))
+	require.Equal(t, 1, countTrue(created[:]))
 	require.Equal(t, 1, countRows(t, b.pool, b.tenant, "dup"))
 }
 
@@ -98,16 +103,14 @@ func TestClaimUniqueAcrossPartitionBoundary(t *testing.T) {
 		var (
 			wg      sync.WaitGroup
 			results [2]bool
+			errs    [2]error
 		)
 		for j, pool := range []*pgxpool.Pool{before, after} {
-			wg.Go(func() {
-				_, created, err := claim(ctx, pool, b.store, b.tenant, key, b.req)
-				require.NoError(t, err)
-				results[j] = created
-			})
+			wg.Go(func() { _, results[j], errs[j] = claim(ctx, pool, b.store, b.tenant, key, b.req) })
 		}
 		wg.Wait()
-		require.True(t, results[0] != results[1], "key %s: exactly one claim must create it, got %v", key, results)
+		require.NoError(t, errors.Join(errs[:]...))
+		require.NotEqual(t, results[0], results[1], "key %s: exactly one claim must create it, got %v", key, results)
 		require.Equal(t, 1, countRows(t, b.pool, b.tenant, key))
 	}
 
@@ -239,22 +242,20 @@ func TestConcurrentTakeoversOneWinner(t *testing.T) {
 
 	var (
 		wg   sync.WaitGroup
-		mu   sync.Mutex
-		wins int
+		errs [10]error
 	)
-	for range 10 {
-		wg.Go(func() {
-			_, err := b.store.TakeOver(ctx, later, seen)
-			if err == nil {
-				mu.Lock()
-				wins++
-				mu.Unlock()
-				return
-			}
-			require.ErrorIs(t, err, idempotency.ErrInProgress)
-		})
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = b.store.TakeOver(ctx, later, seen) })
 	}
 	wg.Wait()
+	wins := 0
+	for _, err := range errs {
+		if err == nil {
+			wins++
+			continue
+		}
+		require.ErrorIs(t, err, idempotency.ErrInProgress)
+	}
 	require.Equal(t, 1, wins)
 }
 

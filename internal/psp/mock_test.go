@@ -387,6 +387,6 @@ func TestInjectedFaultsAreCounted(t *testing.T) {
 		Injected  Injected
 	}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
-	require.Equal(t, 1.0, got.ErrorRate)
+	require.InDelta(t, 1.0, got.ErrorRate, 0)
 	require.Equal(t, Injected{Errors: 3}, got.Injected)
 }

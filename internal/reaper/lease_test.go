@@ -2,6 +2,7 @@ package reaper_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -14,8 +15,8 @@ import (
 
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/harness/testdb"
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
 )
@@ -61,7 +62,7 @@ func TestReaperLeasesOnlyWhatItDrives(t *testing.T) {
 	b := chargestest.Setup(t, idempotency.Config{Lease: time.Second, RetryBase: time.Minute})
 	const n = 20
 	for i := range n {
-		abandon(t, b, fmt.Sprintf("k%02d", i), false, charges.CrashAfterClaim)
+		abandon(t, b, fmt.Sprintf("k%02d", i), false, phases.CrashAfterClaim)
 	}
 	time.Sleep(1100 * time.Millisecond) // the abandoned leases run out (real clock from here on)
 
@@ -73,9 +74,10 @@ func TestReaperLeasesOnlyWhatItDrives(t *testing.T) {
 	)
 	runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for range 2 {
+	var errs [2]error // each reaper's, asserted on this goroutine
+	for i := range errs {
 		pool := testdb.Pool(t, b.URL, time.Time{})
-		svc := chargestest.NewService(t, pool, b.Keys, client, charges.Config{})
+		svc := chargestest.NewService(t, pool, b.Keys, client, phases.Config{})
 		r, err := reaper.New(pool, b.Keys, svc, reaper.Config{BatchSize: n, Parallelism: 4})
 		require.NoError(t, err)
 		wg.Go(func() {
@@ -84,12 +86,18 @@ func TestReaperLeasesOnlyWhatItDrives(t *testing.T) {
 				if runCtx.Err() != nil {
 					return
 				}
-				require.NoError(t, err)
+				if err != nil {
+					errs[i] = err
+					return
+				}
 				mu.Lock()
 				completed += res.Completed
 				mu.Unlock()
 				var started int
-				require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE state = 'started'`).Scan(&started))
+				if err := b.Pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE state = 'started'`).Scan(&started); err != nil {
+					errs[i] = err
+					return
+				}
 				if started == 0 {
 					return
 				}
@@ -98,6 +106,7 @@ func TestReaperLeasesOnlyWhatItDrives(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	require.NoError(t, errors.Join(errs[:]...))
 	require.NoError(t, runCtx.Err(), "the reapers did not finish the keys")
 
 	for i := range n {

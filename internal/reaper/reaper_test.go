@@ -2,6 +2,7 @@ package reaper_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
 )
@@ -33,11 +35,11 @@ func setup(t *testing.T) *chargestest.Bundle {
 }
 
 // abandon makes an API worker die at the given point of key's request.
-func abandon(t *testing.T, b *chargestest.Bundle, key string, oneCommit bool, at charges.CrashPoint) {
+func abandon(t *testing.T, b *chargestest.Bundle, key string, oneCommit bool, at phases.CrashPoint) {
 	t.Helper()
-	req, params := chargestest.Request(t, fmt.Sprintf(`{"amount":%d,"currency":"usd","payment_method":"pm_card_visa"}`, 100+len(key)))
-	svc := b.Service(t, 0, charges.Config{OneCommitPerPhase: oneCommit, CrashHook: chargestest.CrashAt(at)})
-	_, err := svc.Create(context.Background(), b.Tenant, key, req, params)
+	req, _ := chargestest.Request(t, fmt.Sprintf(`{"amount":%d,"currency":"usd","payment_method":"pm_card_visa"}`, 100+len(key)))
+	svc := b.Service(t, 0, phases.Config{OneCommitPerPhase: oneCommit, CrashHook: chargestest.CrashAt(at)})
+	_, err := svc.Create(context.Background(), b.Tenant, key, charges.Parsed(req))
 	require.ErrorIs(t, err, chargestest.ErrCrash)
 }
 
@@ -45,7 +47,7 @@ func abandon(t *testing.T, b *chargestest.Bundle, key string, oneCommit bool, at
 func newReaper(t *testing.T, b *chargestest.Bundle, offset time.Duration) *reaper.Reaper {
 	t.Helper()
 	pool := testdb.Pool(t, b.URL, b.T0.Add(offset))
-	r, err := reaper.New(pool, b.Keys, chargestest.NewService(t, pool, b.Keys, b.PSP, charges.Config{}), reaper.Config{})
+	r, err := reaper.New(pool, b.Keys, chargestest.NewService(t, pool, b.Keys, b.PSP, phases.Config{}), reaper.Config{})
 	require.NoError(t, err)
 	return r
 }
@@ -67,13 +69,13 @@ func TestReaperCompletesAbandonedKeys(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		oneCommit bool
-		at        charges.CrashPoint
+		at        phases.CrashPoint
 	}{
-		{false, charges.CrashAfterClaim},
-		{false, charges.CrashAfterPSPCall},
-		{true, charges.CrashAfterClaim},
+		{false, phases.CrashAfterClaim},
+		{false, phases.CrashAfterPSPCall},
+		{true, phases.CrashAfterClaim},
 		{true, charges.CrashAfterChargeCreated},
-		{true, charges.CrashAfterPSPCall},
+		{true, phases.CrashAfterPSPCall},
 		{true, charges.CrashAfterPSPAuthorized},
 	}
 	for _, tt := range tests {
@@ -110,31 +112,37 @@ func TestSeveralReapersCompleteEachKeyOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	points := []charges.CrashPoint{charges.CrashAfterClaim, charges.CrashAfterPSPCall}
+	points := []phases.CrashPoint{phases.CrashAfterClaim, phases.CrashAfterPSPCall}
 	const n = 40
 	for i := range n {
 		abandon(t, b, fmt.Sprintf("k%02d", i), false, points[i%2])
 	}
 
 	var (
-		wg        sync.WaitGroup
-		mu        sync.Mutex
-		completed int
+		wg                sync.WaitGroup
+		mu                sync.Mutex
+		completed, failed int
+		errs              [3]error // each reaper's, asserted on this goroutine
 	)
-	for range 3 {
+	for i := range errs {
 		r := newReaper(t, b, b.Keys.Lease()+time.Second)
 		wg.Go(func() {
 			for range 5 {
 				res, err := r.RunOnce(ctx)
-				require.NoError(t, err)
+				if err != nil {
+					errs[i] = err
+					return
+				}
 				mu.Lock()
 				completed += res.Completed
-				require.Zero(t, res.Failed)
+				failed += res.Failed
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
+	require.NoError(t, errors.Join(errs[:]...))
+	require.Zero(t, failed)
 	require.Equal(t, n, completed)
 	for i := range n {
 		assertDoneOnce(t, b, fmt.Sprintf("k%02d", i))
@@ -149,7 +157,7 @@ func TestReaperBacksOffWhilePSPFails(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	abandon(t, b, "k", false, charges.CrashAfterClaim)
+	abandon(t, b, "k", false, phases.CrashAfterClaim)
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
 
 	later := b.Keys.Lease() + time.Second
@@ -185,14 +193,14 @@ func TestPSPOutageIsNotCountedAsStuck(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	abandon(t, b, "k", false, charges.CrashAfterClaim)
+	abandon(t, b, "k", false, phases.CrashAfterClaim)
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
 
 	reader := sdkmetric.NewManualReader()
 	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
 	at := func(offset time.Duration) *reaper.Reaper {
 		pool := testdb.Pool(t, b.URL, b.T0.Add(offset))
-		r, err := reaper.New(pool, b.Keys, chargestest.NewService(t, pool, b.Keys, b.PSP, charges.Config{}),
+		r, err := reaper.New(pool, b.Keys, chargestest.NewService(t, pool, b.Keys, b.PSP, phases.Config{}),
 			reaper.Config{OverdueAfter: 10 * time.Second, Meter: meter})
 		require.NoError(t, err)
 		return r

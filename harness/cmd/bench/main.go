@@ -29,6 +29,7 @@ func main() {
 
 const usage = `Usage: bench [flags]
        bench bare
+       bench plot [-results FILE] [-out DIR]
 
 ` + "`make bench`" + `: phasepay against PostgreSQL's own limits on this machine. Prints
 a Markdown table and writes the results as JSON.
@@ -37,6 +38,9 @@ bench bare serves the bare baselines (harness/bench/bare.go) on BARE_ADDR,
 with DATABASE_URL and PSP_URL, until SIGTERM. The benchmark starts it itself,
 from its own executable, so that the baselines are a process of their own, as
 the api is; run by hand, it is for profiling them.
+
+bench plot draws the plots of docs/benchmarks.md (SVG) from a results file;
+a complete run draws them itself.
 `
 
 // run is main with its inputs and exit code explicit; -h writes the usage
@@ -45,12 +49,16 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	if len(args) > 0 && args[0] == "bare" {
 		return runBare(args[1:], getenv, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "plot" {
+		return runPlot(args[1:], stdout, stderr)
+	}
 	var cfg bench.Config
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	admin := fs.String("admin-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL maintenance database")
 	fs.StringVar(&cfg.BinDir, "bin", "bin", "directory with api and mockpsp (make build)")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "duration of each load")
 	out := fs.String("out", "bench/results", "directory for the JSON results")
+	plots := fs.String("plots", bench.PlotDir, "directory for the plots a complete run draws")
 	quick := fs.Bool("quick", false, "small sizes, for a smoke run")
 	steps := fs.String("steps", "", "comma-separated step name prefixes to run (default all)")
 	fs.IntVar(&cfg.Reps, "reps", 2, "runs of each compared load, alternated with the other's (A B A B for 2); medians are reported")
@@ -98,6 +106,40 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return 1
 	}
 	fmt.Fprintln(stderr, "bench: results written to", path)
+	if *steps == "" && !*quick {
+		paths, err := bench.WritePlots(res, *plots)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench: plots:", err)
+			return 1
+		}
+		fmt.Fprintln(stderr, "bench: plots drawn:", strings.Join(paths, " "))
+	}
+	return 0
+}
+
+// runPlot is `bench plot`: the plots of a results file.
+func runPlot(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench plot", flag.ContinueOnError)
+	results := fs.String("results", "bench/results/latest.json", "the results to draw")
+	out := fs.String("out", bench.PlotDir, "directory for the plots")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage+"\nFlags of bench plot:\n")
+		fs.PrintDefaults()
+	}
+	if code, ok := parse(fs, args, "bench plot", stdout, stderr); !ok {
+		return code
+	}
+	res, err := bench.ReadResults(*results)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench plot:", err)
+		return 1
+	}
+	paths, err := bench.WritePlots(res, *out)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench plot:", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, strings.Join(paths, "\n"))
 	return 0
 }
 

@@ -32,20 +32,20 @@ func TestBenchHelpStartsNothing(t *testing.T) {
 		go func() { done <- run(tt.args, noEnv, &stdout, &stderr) }()
 		select {
 		case code := <-done:
-			require.Equal(t, tt.code, code, "%q", tt.args)
+			require.Equal(t, tt.code, code, "%q", "%v", tt.args)
 		case <-time.After(5 * time.Second):
-			require.FailNow(t, "run did not return: it started a benchmark", "%q", tt.args)
+			require.FailNow(t, "run did not return: it started a benchmark", "%q", "%v", tt.args)
 		}
 		if tt.code == 0 {
-			require.Contains(t, stdout.String(), "Usage: bench", tt.args)
-			require.Contains(t, stdout.String(), "bench bare", tt.args)
+			require.Contains(t, stdout.String(), "Usage: bench", "%v", tt.args)
+			require.Contains(t, stdout.String(), "bench bare", "%v", tt.args)
 			if tt.args[0] != "bare" {
-				require.Contains(t, stdout.String(), "-duration", tt.args)
+				require.Contains(t, stdout.String(), "-duration", "%v", tt.args)
 			}
-			require.Empty(t, stderr.String(), tt.args)
+			require.Empty(t, stderr.String(), "%v", tt.args)
 		} else {
-			require.Empty(t, stdout.String(), tt.args)
-			require.Contains(t, stderr.String(), "Usage: bench", tt.args)
+			require.Empty(t, stdout.String(), "%v", tt.args)
+			require.Contains(t, stderr.String(), "Usage: bench", "%v", tt.args)
 		}
 	}
 }

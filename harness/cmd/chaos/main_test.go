@@ -19,11 +19,11 @@ func TestChaosHelpStartsNothing(t *testing.T) {
 		go func() { done <- run(args, &stdout) }()
 		select {
 		case code := <-done:
-			require.Equal(t, 0, code, "%q", args)
+			require.Equal(t, 0, code, "%q", "%v", args)
 		case <-time.After(5 * time.Second):
-			require.FailNow(t, "run did not return: it started a chaos run", "%q", args)
+			require.FailNow(t, "run did not return: it started a chaos run", "%q", "%v", args)
 		}
-		require.Contains(t, stdout.String(), "Usage: chaos", args)
-		require.Contains(t, stdout.String(), "-db-restarts", args)
+		require.Contains(t, stdout.String(), "Usage: chaos", "%v", args)
+		require.Contains(t, stdout.String(), "-db-restarts", "%v", args)
 	}
 }
