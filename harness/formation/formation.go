@@ -9,7 +9,7 @@
 //	f, err := formation.Start(ctx, formation.Config{})
 //	defer f.Stop()
 //	url := f.URL()                         // postgres://127.0.0.1:p1,127.0.0.1:p2/phasepay?target_session_attrs=read-write
-//	fo, err := f.Kill(ctx)                 // kill -9 of the primary: its postmaster and its pg_autoctl
+//	fo, err := f.Kill(ctx, formation.KillOptions{}) // kill -9 of the primary: its postmaster and its pg_autoctl
 //	fo, err = f.Switchover(ctx)            // pg_autoctl perform switchover
 //
 // Each node is a `pg_autoctl run` (the keeper, which runs its PostgreSQL)
@@ -39,22 +39,17 @@
 package formation
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // BinDirDefault is where Debian's PostgreSQL 15 packages put pg_ctl and
@@ -355,94 +350,4 @@ func (f *Formation) Stop() error {
 		f.dir = ""
 	}
 	return nil
-}
-
-// autoctl runs one pg_autoctl command to its end and returns its output.
-func (f *Formation) autoctl(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "pg_autoctl", args...)
-	cmd.Dir = f.dir
-	cmd.Env = f.env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: f.cred, Setpgid: true}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("formation: pg_autoctl %s: %w\n%s", strings.Join(args, " "), err, lastLines(out.String(), 15))
-	}
-	return out.String(), nil
-}
-
-// appendSettings adds settings at the end of pgdata's postgresql.conf,
-// after pg_autoctl's include of postgresql-auto-failover.conf, so that
-// they win over its own.
-func appendSettings(pgdata string, settings map[string]string) error {
-	var b bytes.Buffer
-	b.WriteString("\n# harness/formation\n")
-	for k, v := range settings {
-		fmt.Fprintf(&b, "%s = %s\n", k, v)
-	}
-	fh, err := os.OpenFile(filepath.Join(pgdata, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("formation: %w", err)
-	}
-	defer fh.Close()
-	if _, err := fh.Write(b.Bytes()); err != nil {
-		return fmt.Errorf("formation: %w", err)
-	}
-	return nil
-}
-
-func primaryURL(n *Node, db string) string {
-	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable&connect_timeout=2", n.Addr(), db)
-}
-
-func ping(ctx context.Context, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	return conn.Ping(ctx)
-}
-
-func exec1(ctx context.Context, url, sql string) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	_, err = conn.Exec(ctx, sql)
-	return err
-}
-
-// waitFor polls check every 200 ms until it returns nil or ctx ends.
-func waitFor(ctx context.Context, what string, check func() error) error {
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("formation: waiting for %s: %w (last: %v)", what, ctx.Err(), err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("formation: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

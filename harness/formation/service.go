@@ -2,6 +2,7 @@ package formation
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -105,4 +106,38 @@ func killPostmaster(pgdata string) {
 	if pid := postmasterPID(pgdata); pid > 0 {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+}
+
+// autoctl runs one pg_autoctl command to its end and returns its output.
+func (f *Formation) autoctl(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "pg_autoctl", args...)
+	cmd.Dir = f.dir
+	cmd.Env = f.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: f.cred, Setpgid: true}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("formation: pg_autoctl %s: %w\n%s", strings.Join(args, " "), err, lastLines(out.String(), 15))
+	}
+	return out.String(), nil
+}
+
+// appendSettings adds settings at the end of pgdata's postgresql.conf,
+// after pg_autoctl's include of postgresql-auto-failover.conf, so that
+// they win over its own.
+func appendSettings(pgdata string, settings map[string]string) error {
+	var b bytes.Buffer
+	b.WriteString("\n# harness/formation\n")
+	for k, v := range settings {
+		fmt.Fprintf(&b, "%s = %s\n", k, v)
+	}
+	fh, err := os.OpenFile(filepath.Join(pgdata, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("formation: %w", err)
+	}
+	defer fh.Close()
+	if _, err := fh.Write(b.Bytes()); err != nil {
+		return fmt.Errorf("formation: %w", err)
+	}
+	return nil
 }
