@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/phasepay/phasepay/harness/formation"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/phases"
 )
@@ -134,6 +135,17 @@ type Config struct {
 	// then seen by the reaper probe alone (its connections are the
 	// pooler's, not its own, in pg_stat_activity).
 	Pooler bool
+	// Formation, if set, is a pg_auto_failover formation
+	// (harness/formation) the run uses instead of a database of its own:
+	// every process gets its multi-host URL, and its primary fails
+	// Failovers times during the load, kill -9 and planned switchover in
+	// turn (failover.go); DBRestarts and AdminURL are not used.
+	Formation *formation.Formation
+	Failovers int
+	// FailoverLag is how long the standby's WAL receiver is held stopped
+	// before each kill (formation.KillOptions.Lag): the replication lag
+	// the crash meets. 0: none.
+	FailoverLag time.Duration
 }
 
 func (c *Config) defaults() {
@@ -216,6 +228,9 @@ type Summary struct {
 	// Routing: failovers, breakers and stretches with several PSPs
 	// (routing.go); nil with one.
 	Routing *RoutingStats `json:"routing,omitempty"`
+	// Failover: the failures of a formation's primary (failover.go); nil
+	// without a formation.
+	Failover *FailoverSummary `json:"failover,omitempty"`
 }
 
 // Table renders the summary as a table.
@@ -264,6 +279,7 @@ func (s *Summary) Table() string {
 	row("replays checked byte for byte", s.Replays)
 	s.livesAndWebhooksRows(row)
 	s.routingRows(row)
+	s.failoverRows(row)
 	row("duration", s.Duration)
 	row("violations", len(s.Violations))
 	for _, v := range s.Violations {

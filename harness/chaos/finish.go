@@ -26,7 +26,7 @@ func (h *harness) settle(ctx context.Context) error {
 	}
 	h.stopSampling()
 	<-h.sampled
-	if h.st.cluster != nil {
+	if h.st.cluster != nil || cfg.Formation != nil {
 		took, v, err := probeReapers(ctx, cfg, h.st.bin("api"), h.st.common, h.st.dbURL, h.st.apiKey, pool, h.transport)
 		if err != nil {
 			return err
@@ -71,6 +71,16 @@ func (h *harness) collect() {
 	sum.DBDown, sum.DBMaxRecovery = h.db.down.Truncate(time.Millisecond).String(), h.db.maxRecovery.Truncate(time.Millisecond).String()
 	sum.Violations = append(sum.Violations, h.db.violations...)
 	h.db.mu.Unlock()
+	sum.Failover = h.failoverSummary()
+	// No request is ever answered 500, whatever the database does.
+	for class, n := range h.answers {
+		if strings.HasPrefix(class, "500") {
+			sum.Violations = append(sum.Violations, fmt.Sprintf("%d attempts answered %s", n, class))
+		}
+	}
+	if n := h.answers5xx.count(500, h.start, time.Now()); n > 0 {
+		sum.Violations = append(sum.Violations, fmt.Sprintf("%d attempts (intents and lives) answered 500", n))
+	}
 }
 
 // verify checks the intents, the webhooks, the lives and the routing

@@ -25,7 +25,7 @@ func (h *harness) injectFaults(ctx context.Context) {
 		h.db.reapers = nil
 	}
 	h.dbDone = make(chan error, 1)
-	if st.cluster != nil {
+	if st.cluster != nil || cfg.Formation != nil {
 		go func() { h.dbDone <- h.db.run(ctx, &h.finished, h.clientsDone, cfg.Progress) }()
 	} else {
 		h.dbDone <- nil

@@ -51,8 +51,12 @@ type harness struct {
 	attempts  atomic.Int64
 	answersMu sync.Mutex
 	answers   map[string]int // failed attempts by status and problem code
-	transport *rotatingTransport
-	cl        *client.Client
+	// answers5xx: when attempts (intents' and lives') were answered 5xx;
+	// probe: writes through the multi-host URL (both failover.go).
+	answers5xx answerLog
+	probe      writeProbe
+	transport  *rotatingTransport
+	cl         *client.Client
 
 	sink    *webhookSink
 	backlog *backlogSampler
@@ -93,6 +97,13 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	// The watchers and the clients, torn down before the stack.
 	h.startSampling(ctx)
 	defer h.stopSampling()
+	if cfg.Formation != nil {
+		probeCtx, stopProbe := context.WithCancel(ctx)
+		defer stopProbe()
+		if err := h.probe.run(probeCtx, h.st.dbURL); err != nil {
+			return nil, err
+		}
+	}
 	h.planIntents()
 	h.transport = &rotatingTransport{bases: h.st.bases, next: &atomic.Uint64{}, rt: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer h.transport.rt.CloseIdleConnections()
@@ -125,6 +136,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	h.collect()
 	if err := h.verify(ctx); err != nil {
 		return nil, err
+	}
+	if sum := h.sum.Failover; sum != nil {
+		if sum.Losses, err = h.losses(ctx, h.st.pool, h.st.pspURL); err != nil {
+			return nil, err
+		}
 	}
 	h.sum.Duration = time.Since(h.start).Truncate(time.Millisecond).String()
 	return h.sum, nil
@@ -186,6 +202,7 @@ func (h *harness) newClient() error {
 		Rand:           rand.NewPCG(h.cfg.Seed, 1),
 		OnAttempt: func(_ client.Intent, _ int, status int, err error) {
 			h.attempts.Add(1)
+			h.answers5xx.add(status)
 			if status >= 500 || status == 0 {
 				h.answersMu.Lock()
 				h.answers[answerClass(status, err)]++
@@ -215,6 +232,7 @@ func (h *harness) subscribe(ctx context.Context) error {
 	h.backlog = &backlogSampler{tenantID: h.sink.tenantID}
 	go h.backlog.run(h.sampleCtx, h.st.pool)
 	h.ops = newOpDriver(h.transport, h.st.apiKey, h.cfg)
+	h.ops.onAnswer = h.answers5xx.add
 	return nil
 }
 

@@ -91,6 +91,12 @@ func (s *stack) start(ctx context.Context) error {
 // the database restarts, else on AdminURL.
 func (s *stack) openDatabase(ctx context.Context) error {
 	cfg := s.cfg
+	if cfg.Formation != nil {
+		// The formation's database, fresh, on whichever node is the
+		// primary: the formation goes with whoever made it.
+		s.dbURL = cfg.Formation.URL()
+		return nil
+	}
 	if cfg.DBRestarts > 0 {
 		// Closed last (the first cleanup): every process is stopped before
 		// its database goes, also when Run fails or ctx is cancelled.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/internal/telemetry"
@@ -67,6 +68,31 @@ const (
 func ConfigurePool(cfg *pgxpool.Config, connString string) {
 	Configure(cfg.ConnConfig, connString, PoolerNone)
 	cfg.AfterConnect = registerExecTypes
+}
+
+// readOnlySQLTransaction is SQLSTATE 25006: a write in a read-only
+// transaction.
+const readOnlySQLTransaction = "25006"
+
+// leaveReadOnlyNodes closes a connection as soon as the server answers it
+// 25006 (read_only_sql_transaction): the node it was opened to while it
+// was the primary is a standby now, or a primary being drained read-only.
+// pgx closes a connection only on a FATAL error, and the pool would go on
+// handing out every connection it holds to that node, each write failing
+// the same way until the connection's lifetime ran out (an hour). Closed,
+// it is replaced by a new connection, which target_session_attrs=read-write
+// in a multi-host DATABASE_URL sends to whichever node is the primary now
+// (docs/operations.md, "PostgreSQL failover"). dbstate counts the error as
+// the database being unavailable: the request answers 503 and its retry
+// finds the new primary.
+func leaveReadOnlyNodes(cfg *pgx.ConnConfig) {
+	prev := cfg.OnPgError
+	cfg.OnPgError = func(c *pgconn.PgConn, e *pgconn.PgError) bool {
+		if e.Code == readOnlySQLTransaction {
+			return false
+		}
+		return prev == nil || prev(c, e)
+	}
 }
 
 // OpenPool opens a pool on db.URL whose queries are traced, configured for

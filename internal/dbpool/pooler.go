@@ -152,6 +152,7 @@ func Configure(cfg *pgx.ConnConfig, connString string, pooler Pooler) {
 	if !strings.Contains(connString, "connect_timeout") {
 		cfg.ConnectTimeout = ConnectTimeoutDefault
 	}
+	leaveReadOnlyNodes(cfg)
 }
 
 // RegisterExecTypes tells conn the PostgreSQL type of the Go types

@@ -35,6 +35,8 @@ var ErrUnavailable = errors.New("database unavailable")
 //   - a statement hit statement_timeout or lock_timeout (57014, 55P03):
 //     the database is up but too busy or blocked, and the same request
 //     later will do;
+//   - a write was refused as read-only (25006): the node is a standby now,
+//     after a failover;
 //   - a database call's own deadline passed;
 //   - a statement met a schema change or a prepared statement the server
 //     no longer has (StaleStatement), or a function's result type changed
@@ -67,6 +69,11 @@ func Unavailable(err error) bool {
 			pgErr.Code == "53300", // too_many_connections
 			pgErr.Code == "57014", // query_canceled: statement_timeout
 			pgErr.Code == "55P03", // lock_not_available: lock_timeout
+			// read_only_sql_transaction: phasepay opens no read-only
+			// transaction, so a write refused as read-only went to a node
+			// that is no longer the primary (a failover); dbpool closes
+			// the connection, and the retry finds the new primary.
+			pgErr.Code == "25006",
 			pgErr.Code == "42804" && pgErr.Routine == "build_attrmap_by_position", // datatype_mismatch of a RETURN QUERY
 			StaleStatement(err):
 			return true

@@ -42,6 +42,12 @@ func TestDatabaseErrorsAreClassified(t *testing.T) {
 	_, err = conn.Exec(ctx, `RESET statement_timeout`)
 	require.NoError(t, err)
 
+	// A write on a node that is no longer the primary (a failover).
+	_, err = conn.Exec(ctx, `BEGIN READ ONLY; CREATE TEMP TABLE x (v int)`)
+	require.True(t, dbstate.Unavailable(err), "read-only: %v", err)
+	_, err = conn.Exec(ctx, `ROLLBACK`)
+	require.NoError(t, err)
+
 	// The PSP's connection refused is not the database's.
 	_, err = http.Get("http://127.0.0.1:1/")
 	require.Error(t, err)

@@ -167,15 +167,31 @@ func (t *pipeTx) send(ctx context.Context, tail []queued, implicit bool) (_ pgx.
 func readRow(results pgx.BatchResults, scan func(pgx.Row) error) (stmtErr, cbErr error) {
 	rows, err := results.Query()
 	if err != nil {
-		return err, nil
+		return translated(err, scan(errRow{err})), nil
 	}
 	cbErr = scan(&queuedRow{rows: rows})
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err, nil
+		return translated(err, cbErr), nil
 	}
 	return nil, cbErr
 }
+
+// translated is a failed statement's error as its reader's scan reported
+// it, when scan translated it the way a storage edge does (charges: a
+// derived id an earlier incarnation holds is ErrObjectIDTaken), else the
+// statement's own.
+func translated(stmtErr, cbErr error) error {
+	if cbErr != nil && errors.Is(cbErr, stmtErr) {
+		return cbErr
+	}
+	return stmtErr
+}
+
+// errRow is the row of a statement that failed before any row.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // queuedRow is pgx's Row over a queued statement's rows.
 type queuedRow struct{ rows pgx.Rows }
