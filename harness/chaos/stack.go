@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/harness/pgcluster"
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // stack is what a run drives and breaks: a fresh database (on a cluster of
@@ -25,16 +25,16 @@ type stack struct {
 	cluster *pgcluster.Cluster // nil without database restarts
 	apiKey  string
 
-	mock   *process // the primary mock PSP
-	psps   *pspSet  // the PSPs after the primary (routing.go); nil with one
-	pspURL string   // where the run's checks read the PSP: the primary, or the view over all
+	mock   *procs.Process // the primary mock PSP
+	psps   *pspSet        // the PSPs after the primary (routing.go); nil with one
+	pspURL string         // where the run's checks read the PSP: the primary, or the view over all
 
 	// common is every api's and reaper's environment but its own address
 	// and database name.
 	common      map[string]string
-	workers     []*process
+	workers     []*procs.Process
 	bases       []string // the workers' base URLs, by worker index
-	reapers     []*process
+	reapers     []*procs.Process
 	reaperNames []string
 
 	pool *pgxpool.Pool // the harness's own, for sampling and the checks
@@ -75,7 +75,7 @@ func (s *stack) start(ctx context.Context) error {
 	if err := s.startReapers(); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, withApplicationName(s.dbURL, "chaos-harness"))
+	pool, err := pgxpool.New(ctx, procs.WithApplicationName(s.dbURL, "chaos-harness"))
 	if err != nil {
 		return err
 	}
@@ -115,10 +115,10 @@ func (s *stack) openDatabase(ctx context.Context) error {
 // migrate migrates the run's database and creates the API key the run's
 // clients use.
 func (s *stack) migrate(ctx context.Context) error {
-	if _, err := runOnce(ctx, s.bin("api"), map[string]string{"DATABASE_URL": s.dbURL}, "migrate"); err != nil {
+	if _, err := procs.RunOnce(ctx, s.bin("api"), map[string]string{"DATABASE_URL": s.dbURL}, "migrate"); err != nil {
 		return err
 	}
-	apiKey, err := runOnce(ctx, s.bin("api"), map[string]string{"DATABASE_URL": s.dbURL}, "keys", "create", "--tenant", "chaos")
+	apiKey, err := procs.RunOnce(ctx, s.bin("api"), map[string]string{"DATABASE_URL": s.dbURL}, "keys", "create", "--tenant", "chaos")
 	if err != nil {
 		return err
 	}
@@ -129,11 +129,11 @@ func (s *stack) migrate(ctx context.Context) error {
 // startPSPs starts the mock PSP, with faults, and any further PSPs.
 func (s *stack) startPSPs(ctx context.Context) error {
 	cfg := s.cfg
-	pspAddr, err := freeAddr()
+	pspAddr, err := procs.FreeAddr()
 	if err != nil {
 		return err
 	}
-	s.mock = newProcess("mockpsp", s.bin("mockpsp"), map[string]string{
+	s.mock = procs.New("mockpsp", s.bin("mockpsp"), map[string]string{
 		"MOCKPSP_ADDR":       pspAddr,
 		"MOCKPSP_ERROR_RATE": fmt.Sprint(cfg.ErrorRate),
 		"MOCKPSP_DROP_RATE":  fmt.Sprint(cfg.DropRate),
@@ -145,13 +145,13 @@ func (s *stack) startPSPs(ctx context.Context) error {
 		"MOCKPSP_LOOKUP_ERROR_RATE": fmt.Sprint(cfg.LookupErrorRate),
 		"MOCKPSP_KEY_TTL":           cfg.KeyTTL.String(),
 	})
-	if err := s.mock.start(); err != nil {
+	if err := s.mock.Start(); err != nil {
 		return err
 	}
-	s.onClose(func() { s.mock.stop(5 * time.Second) })
+	s.onClose(func() { s.mock.Stop(5 * time.Second) })
 	pspURL := "http://" + pspAddr
-	if err := waitUp(ctx, pspURL+"/_admin/authorizations"); err != nil {
-		return fmt.Errorf("mock psp: %w\n%s", err, s.mock.logText())
+	if err := procs.WaitUp(ctx, pspURL+"/_admin/authorizations"); err != nil {
+		return fmt.Errorf("mock psp: %w\n%s", err, s.mock.LogText())
 	}
 	// Several PSPs (routing.go): the mock above is the primary, and the
 	// checks read all of them through one admin view.
@@ -178,10 +178,10 @@ func (s *stack) startWorkers(ctx context.Context) error {
 	crash := fmt.Sprintf("after_claim=%[1]v,after_charge_created=%[1]v,after_psp_call=%[1]v,after_psp_authorized=%[1]v,"+
 		"after_capture_started=%[1]v,after_psp_captured=%[1]v,after_void_started=%[1]v,after_psp_voided=%[1]v,"+
 		"after_refund_created=%[1]v,after_psp_refunded=%[1]v", cfg.CrashProbability)
-	s.workers = make([]*process, cfg.Workers)
+	s.workers = make([]*procs.Process, cfg.Workers)
 	s.bases = make([]string, cfg.Workers)
 	for i := range s.workers {
-		addr, err := freeAddr()
+		addr, err := procs.FreeAddr()
 		if err != nil {
 			return err
 		}
@@ -190,25 +190,25 @@ func (s *stack) startWorkers(ctx context.Context) error {
 			"PHASEPAY_CHAOS_CRASH": crash,
 			"PHASEPAY_CHAOS_SEED":  fmt.Sprint(cfg.Seed*100 + uint64(i)),
 			"ONE_COMMIT_PER_PHASE": fmt.Sprint(i == 0),
-			"DATABASE_URL":         withApplicationName(s.dbURL, fmt.Sprintf("api-%d", i)),
+			"DATABASE_URL":         procs.WithApplicationName(s.dbURL, fmt.Sprintf("api-%d", i)),
 		}
 		for k, v := range s.common {
 			env[k] = v
 		}
-		s.workers[i] = newProcess(fmt.Sprintf("api-%d", i), s.bin("api"), env, "serve")
-		if err := s.workers[i].start(); err != nil {
+		s.workers[i] = procs.New(fmt.Sprintf("api-%d", i), s.bin("api"), env, "serve")
+		if err := s.workers[i].Start(); err != nil {
 			return err
 		}
 		s.bases[i] = "http://" + addr
-		go s.workers[i].supervise(150 * time.Millisecond)
+		go s.workers[i].Supervise(150 * time.Millisecond)
 	}
 	s.onClose(func() {
 		for _, w := range s.workers {
-			w.stop(10 * time.Second)
+			w.Stop(10 * time.Second)
 		}
 	})
 	for _, b := range s.bases {
-		if err := waitUp(ctx, b+"/healthz"); err != nil {
+		if err := procs.WaitUp(ctx, b+"/healthz"); err != nil {
 			return fmt.Errorf("worker %s: %w", b, err)
 		}
 	}
@@ -217,47 +217,31 @@ func (s *stack) startWorkers(ctx context.Context) error {
 
 // startReapers starts the reapers, each restarted whenever it dies.
 func (s *stack) startReapers() error {
-	s.reapers = make([]*process, s.cfg.Reapers)
+	s.reapers = make([]*procs.Process, s.cfg.Reapers)
 	s.reaperNames = make([]string, s.cfg.Reapers)
 	for i := range s.reapers {
 		s.reaperNames[i] = fmt.Sprintf("reaper-%d", i)
-		env := map[string]string{"REAPER_INTERVAL": "200ms", "DATABASE_URL": withApplicationName(s.dbURL, s.reaperNames[i])}
+		env := map[string]string{"REAPER_INTERVAL": "200ms", "DATABASE_URL": procs.WithApplicationName(s.dbURL, s.reaperNames[i])}
 		for k, v := range s.common {
 			env[k] = v
 		}
-		s.reapers[i] = newProcess(s.reaperNames[i], s.bin("reaper"), env)
-		if err := s.reapers[i].start(); err != nil {
+		s.reapers[i] = procs.New(s.reaperNames[i], s.bin("reaper"), env)
+		if err := s.reapers[i].Start(); err != nil {
 			return err
 		}
-		go s.reapers[i].supervise(200 * time.Millisecond)
+		go s.reapers[i].Supervise(200 * time.Millisecond)
 	}
 	s.onClose(func() {
 		for _, r := range s.reapers {
-			r.stop(10 * time.Second)
+			r.Stop(10 * time.Second)
 		}
 	})
 	return nil
 }
 
 // processes is every api worker and reaper, for the checks over all of them.
-func (s *stack) processes() []*process {
+func (s *stack) processes() []*procs.Process {
 	return append(slices.Clone(s.workers), s.reapers...)
-}
-
-func waitUp(ctx context.Context, u string) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func createDatabase(ctx context.Context, cfg Config) (string, func(), error) {
