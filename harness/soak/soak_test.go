@@ -1,0 +1,103 @@
+package soak
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/harness/procs"
+)
+
+// The soak in short, as make test runs it: 36 s of the mix sampled every
+// 3 s, the last worker killed every 12 s with a 2 s lease. Too short for
+// its verdicts to mean anything (a 36 s run is all warm-up), it shows
+// that every series is sampled at every sample, that every operation of
+// the mix ends as expected through the kills, that the killed worker's
+// keys are all finished, and that every series is judged and plotted.
+func TestSoakShortRun(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	require.NoError(t, procs.Build(ctx, root, bin, ""))
+
+	var progress strings.Builder
+	res, err := Run(ctx, Config{
+		Duration: 36 * time.Second, SampleEvery: 3 * time.Second, KillEvery: 12 * time.Second, Lease: 2 * time.Second,
+		Rate: 8, BinDir: bin, Progress: &progress,
+	})
+	require.NoError(t, err)
+	t.Log(progress.String())
+	t.Log(Table(res))
+
+	require.Len(t, res.Samples, 12)
+	require.GreaterOrEqual(t, res.Kills, 2)
+	require.GreaterOrEqual(t, res.Restarts["api-2"], 2, "the killed worker restarts")
+	require.Zero(t, res.Restarts["api-0"]+res.Restarts["api-1"]+res.Restarts["reaper-0"])
+	require.Zero(t, res.UnfinishedKeys, "the killed worker's keys are finished by a retry or the reaper")
+	for op, s := range res.Ops {
+		require.Positive(t, s.Ended, op)
+		require.Zero(t, s.Unexpected+s.NoAnswer+s.Skipped, "%s: %+v; %v", op, s, res.Problems)
+	}
+	require.Positive(t, res.Webhooks.Accepted)
+	require.Positive(t, res.Webhooks.Failed, "some deliveries fail on purpose")
+	require.Zero(t, res.Webhooks.BadSignatures)
+	require.Equal(t, "on", res.Settings.PostgreSQL["autovacuum"])
+
+	// Every sample reads every survivor and the database; only the killed
+	// worker may be missing, while it restarts.
+	for _, s := range res.Samples {
+		for _, m := range s.Missing {
+			require.True(t, strings.HasPrefix(m, "api-2 "), "sample at %.4fh: %s", s.Hours, m)
+		}
+	}
+	always := []string{famWALPerCharge, famRecordsPerCharge, famFPIPerCharge, famChargesMade, famBacklog}
+	for _, p := range []string{"api-0", "api-1", "reaper-0"} {
+		for _, f := range []string{famRSS, famGoroutines, famOpenFDs, famConnections} {
+			always = append(always, seriesName(f, p))
+		}
+	}
+	for _, table := range []string{"idempotency_keys", "charges", "refunds", "events", "webhook_deliveries"} {
+		always = append(always, seriesName(famDeadShare, table), seriesName(famIndexPerRow, table), seriesName(famIndexMiB, table))
+	}
+	for _, table := range []string{"idempotency_keys", "events", "webhook_deliveries"} {
+		always = append(always, seriesName(famPartitions, table))
+	}
+	for _, op := range []string{opNew, opReplay, opCapture, opRefund, opWebhook} {
+		always = append(always, seriesName(famLatencyP50, op), seriesName(famLatencyP99, op))
+	}
+	byName := map[string]Series{}
+	for _, s := range res.Series {
+		byName[s.Name] = s
+	}
+	for _, name := range always {
+		s, ok := byName[name]
+		require.True(t, ok, "no series %s", name)
+		// The first interval may precede the first capture or refund.
+		require.GreaterOrEqual(t, len(s.Points), len(res.Samples)-1, "%s: %d points of %d samples", name, len(s.Points), len(res.Samples))
+	}
+
+	// Every judged series has a verdict, and the run passes exactly when
+	// nothing failed.
+	require.NotEmpty(t, res.Verdicts)
+	for name, v := range res.Verdicts {
+		require.Contains(t, []string{VerdictFlat, VerdictClimbing}, v.Verdict, name)
+		require.Equal(t, 9, byName[name].Samples, "%s: the last 75%% of 12 samples", name)
+	}
+	require.Equal(t, len(res.Failures) == 0, res.Pass)
+
+	dir := t.TempDir()
+	require.NoError(t, WritePlots(dir, res.Series))
+	files, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, files, len(res.Series))
+	require.True(t, slices.ContainsFunc(files, func(f os.DirEntry) bool { return f.Name() == PlotFile("rss_mib/api-0") }))
+}
