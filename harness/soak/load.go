@@ -20,6 +20,10 @@ const (
 	opCapture = "capture"
 	opRefund  = "refund"
 	opWebhook = "webhook_delivery"
+	// opKilled is the new charges under way on the victim when it was
+	// killed (kill.go), driven to their end afterwards; not paced, not
+	// timed.
+	opKilled = "killed_in_flight"
 )
 
 // The mix, per new charge: the other operations are paced at these shares
@@ -105,6 +109,7 @@ func newDriver(baseURL, apiKey string, rt http.RoundTripper, cfg *Config) (*driv
 	for _, m := range mix {
 		d.stats[m.op] = &OpStats{}
 	}
+	d.stats[opKilled] = &OpStats{}
 	var err error
 	d.cl, err = client.New(client.Config{
 		BaseURL:        baseURL,
@@ -189,6 +194,20 @@ func (d *driver) newCharge(ctx context.Context) {
 	default:
 		d.unexpected(opNew, r)
 	}
+}
+
+// resume drives a charge abandoned by the kill to its end, with its key,
+// through the workers.
+func (d *driver) resume(ctx context.Context, in client.Intent) {
+	d.count(opKilled, func(s *OpStats) { s.Sent++ })
+	d.running.Go(func() {
+		r := d.cl.Do(ctx, in)
+		if r.Err == nil && r.Charge.Status == client.StatusAuthorized {
+			d.ended(opKilled, func() { d.keep(finished{in: in, body: r.Charge.RawBody}) })
+			return
+		}
+		d.unexpected(opKilled, r)
+	})
 }
 
 // replay resends a finished charge's key and body: the answer must be the

@@ -32,7 +32,8 @@ func Table(r *Result) string {
 	}
 	fmt.Fprintf(&b, "webhook deliveries: %d received, %d accepted, %d failed on purpose, %d bad signatures\n",
 		r.Webhooks.Received, r.Webhooks.Accepted, r.Webhooks.Failed, r.Webhooks.BadSignatures)
-	fmt.Fprintf(&b, "kills: %d; restarts: %v; keys unfinished after the load: %d\n", r.Kills, r.Restarts, r.UnfinishedKeys)
+	fmt.Fprintf(&b, "kills: %d; restarts: %v; takeovers: %d; keys unfinished after the load: %d\n", r.Kills, r.Restarts,
+		r.Takeovers, r.UnfinishedKeys)
 	for _, p := range r.Problems {
 		fmt.Fprintf(&b, "problem: %s\n", p)
 	}

@@ -92,13 +92,13 @@ const minRows = 10
 // sampler reads a sample: every process's /metrics, the database's
 // statistics, and what the load recorded since the last sample.
 type sampler struct {
-	pool  *pgxpool.Pool
-	hc    *http.Client
-	procs []watched
-	load  *driver
-	hooks *receiver
-	start time.Time
-	last  counters
+	pool    *pgxpool.Pool
+	hc      *http.Client
+	watched []watched
+	load    *driver
+	hooks   *receiver
+	start   time.Time
+	last    counters
 }
 
 // watched is a process whose /metrics the sampler reads.
@@ -121,7 +121,7 @@ func (s *sampler) sample(ctx context.Context) Sample {
 	now := time.Now()
 	sm := Sample{At: now.UTC(), Hours: now.Sub(s.start).Hours(), Values: map[string]float64{}}
 	missing := func(what string, err error) { sm.Missing = append(sm.Missing, fmt.Sprintf("%s: %v", what, err)) }
-	for _, p := range s.procs {
+	for _, p := range s.watched {
 		if err := s.scrape(ctx, p, sm.Values); err != nil {
 			missing(p.name+" /metrics", err)
 		}
@@ -225,7 +225,7 @@ func (s *sampler) connections(ctx context.Context, into map[string]float64) erro
 	if _, err := pgx.ForEachRow(rows, []any{&app, &n}, func() error { byApp[app] = float64(n); return nil }); err != nil {
 		return err
 	}
-	for _, p := range s.procs {
+	for _, p := range s.watched {
 		into[seriesName(famConnections, p.name)] = byApp[p.name]
 	}
 	into[seriesName(famConnections, harnessApp)] = byApp[harnessApp]

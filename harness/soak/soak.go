@@ -8,8 +8,9 @@
 // mix through the retrying client (load.go): new charges, replays of
 // finished keys, captures and refunds, every one answered through the
 // workers in turn, with webhook deliveries following every event; and it
-// SIGKILLs one worker every KillEvery (restarted at once; its keys are
-// finished by a retry or the reaper). Every SampleEvery it samples each
+// SIGKILLs one worker every KillEvery with new charges under way on it
+// (kill.go; restarted at once; the charges are finished by a retry or the
+// reaper). Every SampleEvery it samples each
 // process's memory, goroutines and open files from its /metrics, the
 // database's connections per process, each operation's p50 and p99 over
 // the interval, dead tuples and index size per table, the partitions kept,
@@ -31,7 +32,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -140,6 +140,10 @@ type Result struct {
 	// a lease and a minute passed: the killed worker's must all be
 	// finished by then.
 	UnfinishedKeys int `json:"unfinished_keys"`
+	// Takeovers counts the keys taken over from a dead holder
+	// (lock_version bumps): the kills' abandoned charges, finished by a
+	// retry or the reaper.
+	Takeovers int64 `json:"takeovers"`
 	// Failures says why the run failed: series not flat, operations
 	// without the expected end, unplanned exits, keys left unfinished.
 	Failures []string `json:"failures"`
@@ -183,7 +187,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	smp := &sampler{pool: st.pool, hc: &http.Client{Timeout: 10 * time.Second}, procs: st.watched, load: d, hooks: hooks}
+	smp := &sampler{pool: st.pool, hc: &http.Client{Timeout: 10 * time.Second}, watched: st.watched, load: d, hooks: hooks}
 
 	// The load, the kills and the samples, from one start.
 	smp.start = time.Now()
@@ -194,8 +198,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer stopLoad()
 	paced := make(chan struct{})
 	go func() { defer close(paced); d.run(loadCtx, ctx) }()
+	k := &killer{victim: st.victim(), base: st.bases[len(st.bases)-1], apiKey: st.apiKey, d: d, hc: &http.Client{Timeout: 10 * time.Second}}
 	killed := make(chan int, 1)
-	go func() { killed <- killEvery(loadCtx, st.victim(), smp.start, cfg.KillEvery) }()
+	go func() { killed <- k.run(loadCtx, ctx, smp.start, cfg.KillEvery) }()
 	for k := 1; time.Duration(k)*cfg.SampleEvery <= cfg.Duration; k++ {
 		select {
 		case <-ctx.Done():
@@ -212,6 +217,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	d.wait()
 	if res.UnfinishedKeys, err = awaitFinished(ctx, st, cfg.Lease+time.Minute); err != nil {
 		return nil, err
+	}
+	if err := st.pool.QueryRow(ctx, takeoversSQL).Scan(&res.Takeovers); err != nil {
+		return nil, fmt.Errorf("takeovers: %w", err)
 	}
 	res.Ops, res.Problems = d.snapshot()
 	res.Webhooks = hooks.snapshot()
@@ -266,21 +274,6 @@ func (r *Result) judge(unplannedExits []string) {
 	r.Pass = len(r.Failures) == 0
 }
 
-// killEvery SIGKILLs p at half of every, then every every, until ctx
-// ends, and returns how many times. Its supervisor restarts it at once.
-func killEvery(ctx context.Context, p *procs.Process, start time.Time, every time.Duration) int {
-	kills := 0
-	for next := start.Add(every / 2); ; next = next.Add(every) {
-		select {
-		case <-ctx.Done():
-			return kills
-		case <-time.After(time.Until(next)):
-		}
-		p.Signal(syscall.SIGKILL)
-		kills++
-	}
-}
-
 // awaitFinished waits until no key is left unfinished, for at most
 // within, and returns how many are.
 func awaitFinished(ctx context.Context, st *stack, within time.Duration) (int, error) {
@@ -314,6 +307,9 @@ func settings(cfg *Config) Settings {
 	}
 	return s
 }
+
+// takeoversSQL counts takeovers: each bumps the key's lock_version.
+const takeoversSQL = `SELECT coalesce(sum(lock_version - 1), 0) FROM idempotency_keys`
 
 // pgSettingsSQL reads the settings that decide what the database's series
 // show.
