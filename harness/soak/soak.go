@@ -198,9 +198,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer stopLoad()
 	paced := make(chan struct{})
 	go func() { defer close(paced); d.run(loadCtx, ctx) }()
-	k := &killer{victim: st.victim(), base: st.bases[len(st.bases)-1], apiKey: st.apiKey, d: d, hc: &http.Client{Timeout: 10 * time.Second}}
+	kill := &killer{victim: st.victim(), base: st.bases[len(st.bases)-1], apiKey: st.apiKey, d: d,
+		hc: &http.Client{Timeout: 10 * time.Second}}
 	killed := make(chan int, 1)
-	go func() { killed <- k.run(loadCtx, ctx, smp.start, cfg.KillEvery) }()
+	go func() { killed <- kill.run(loadCtx, ctx, smp.start, cfg.KillEvery) }()
 	for k := 1; time.Duration(k)*cfg.SampleEvery <= cfg.Duration; k++ {
 		select {
 		case <-ctx.Done():
