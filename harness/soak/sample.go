@@ -3,7 +3,9 @@ package soak
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/phasepay/phasepay/internal/tenants"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
@@ -89,6 +92,14 @@ type counters struct {
 // says nothing.
 const minRows = 10
 
+// floorReads is how many times per sample interval the processes' levels
+// (memory, goroutines, open files, connections) are read; a sample keeps
+// each one's lowest reading, what the process held at its quietest in the
+// interval. A leak raises the floor; a burst of requests in flight (an
+// answer stalled by other work on the machine, and the connections,
+// goroutines and files it took) does not.
+const floorReads = 6
+
 // sampler reads a sample: every process's /metrics, the database's
 // statistics, and what the load recorded since the last sample.
 type sampler struct {
@@ -99,6 +110,10 @@ type sampler struct {
 	hooks   *receiver
 	start   time.Time
 	last    counters
+
+	mu      sync.Mutex
+	floor   map[string]float64 // the lowest level read since the last sample
+	missing []string           // what the level reads since the last sample could not read
 }
 
 // watched is a process whose /metrics the sampler reads.
@@ -115,20 +130,59 @@ func (s *sampler) baseline(ctx context.Context) error {
 	return err
 }
 
+// watchLevels reads the levels floorReads times per interval until ctx
+// ends.
+func (s *sampler) watchLevels(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval / floorReads)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.readLevels(ctx)
+		}
+	}
+}
+
+// readLevels reads every process's levels and its connections, and keeps
+// the lowest of each since the last sample.
+func (s *sampler) readLevels(ctx context.Context) {
+	values := map[string]float64{}
+	var missing []string
+	for _, p := range s.watched {
+		if err := s.scrape(ctx, p, values); err != nil {
+			missing = append(missing, fmt.Sprintf("%s /metrics: %v", p.name, err))
+		}
+	}
+	if err := s.connections(ctx, values); err != nil {
+		missing = append(missing, fmt.Sprintf("connections: %v", err))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.floor == nil {
+		s.floor = map[string]float64{}
+	}
+	for name, v := range values {
+		if low, ok := s.floor[name]; !ok || v < low {
+			s.floor[name] = v
+		}
+	}
+	s.missing = append(s.missing, missing...)
+}
+
 // sample reads one sample; a part that cannot be read is noted in Missing
 // and the rest is still read.
 func (s *sampler) sample(ctx context.Context) Sample {
 	now := time.Now()
 	sm := Sample{At: now.UTC(), Hours: now.Sub(s.start).Hours(), Values: map[string]float64{}}
 	missing := func(what string, err error) { sm.Missing = append(sm.Missing, fmt.Sprintf("%s: %v", what, err)) }
-	for _, p := range s.watched {
-		if err := s.scrape(ctx, p, sm.Values); err != nil {
-			missing(p.name+" /metrics", err)
-		}
-	}
-	if err := s.connections(ctx, sm.Values); err != nil {
-		missing("connections", err)
-	}
+	s.readLevels(ctx)
+	s.mu.Lock()
+	maps.Copy(sm.Values, s.floor)
+	sm.Missing = append(sm.Missing, s.missing...)
+	s.floor, s.missing = nil, nil
+	s.mu.Unlock()
 	tables, err := s.tables(ctx, sm.Values)
 	if err != nil {
 		missing("tables", err)
@@ -228,6 +282,9 @@ func (s *sampler) connections(ctx context.Context, into map[string]float64) erro
 	for _, p := range s.watched {
 		into[seriesName(famConnections, p.name)] = byApp[p.name]
 	}
+	// Every api's API-key revocation listener has a connection of its
+	// own, outside its pool, under one name.
+	into[seriesName(famConnections, tenants.ListenerApplicationName)] = byApp[tenants.ListenerApplicationName]
 	into[seriesName(famConnections, harnessApp)] = byApp[harnessApp]
 	return nil
 }

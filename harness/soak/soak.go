@@ -196,6 +196,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
+	go smp.watchLevels(loadCtx, cfg.SampleEvery)
 	paced := make(chan struct{})
 	go func() { defer close(paced); d.run(loadCtx, ctx) }()
 	kill := &killer{victim: st.victim(), base: st.bases[len(st.bases)-1], apiKey: st.apiKey, d: d,

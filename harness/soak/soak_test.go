@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/harness/procs"
+	"github.com/phasepay/phasepay/internal/tenants"
 )
 
 // The soak in short, as make test runs it: 36 s of the mix sampled every
@@ -81,6 +82,7 @@ func TestSoakShortRun(t *testing.T) {
 			require.Len(t, series(seriesName(f, p)).Points, len(res.Samples), seriesName(f, p))
 		}
 	}
+	require.Len(t, series(seriesName(famConnections, tenants.ListenerApplicationName)).Points, len(res.Samples))
 	inWindow := []string{famWALPerCharge, famRecordsPerCharge, famFPIPerCharge, famChargesMade, famBacklog}
 	for _, table := range []string{"idempotency_keys", "charges", "refunds", "events", "webhook_deliveries"} {
 		inWindow = append(inWindow, seriesName(famDeadShare, table), seriesName(famIndexPerRow, table), seriesName(famIndexMiB, table))

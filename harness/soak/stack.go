@@ -32,6 +32,21 @@ var clusterSettings = map[string]string{
 // harnessApp is the application_name of the harness's own connections.
 const harnessApp = "soak-harness"
 
+// poolIdleTime is every process's pool_max_conn_idle_time. pgxpool's
+// default, 30 minutes, keeps the connections a burst opened for half an
+// hour: a burst in the judged window (an answer stalled by other work on
+// the machine) then reads as connections climbing to its end. Closed a
+// minute after their last use, the connections each minute shows are what
+// that minute needed, and a connection that is never given back still
+// climbs.
+const poolIdleTime = "1m"
+
+// processURL is the database URL of a process: its connections named, its
+// pool's idle time set.
+func processURL(dbURL, name string) string {
+	return procs.WithApplicationName(dbURL, name) + "&pool_max_conn_idle_time=" + poolIdleTime
+}
+
 // stack is what a run starts: the cluster and its database, the mock PSP,
 // the api workers (the last one killed every KillEvery), the reaper, and
 // the harness's own pool.
@@ -152,7 +167,7 @@ func (s *stack) startWorkers(ctx context.Context, common map[string]string) erro
 		if err != nil {
 			return err
 		}
-		env := map[string]string{"API_ADDR": addr, "METRICS_ADDR": metrics, "DATABASE_URL": procs.WithApplicationName(s.dbURL, name)}
+		env := map[string]string{"API_ADDR": addr, "METRICS_ADDR": metrics, "DATABASE_URL": processURL(s.dbURL, name)}
 		for k, v := range common {
 			env[k] = v
 		}
@@ -177,7 +192,7 @@ func (s *stack) startReaper(ctx context.Context, common map[string]string) error
 	if err != nil {
 		return err
 	}
-	env := map[string]string{"REAPER_METRICS_ADDR": metrics, "DATABASE_URL": procs.WithApplicationName(s.dbURL, name)}
+	env := map[string]string{"REAPER_METRICS_ADDR": metrics, "DATABASE_URL": processURL(s.dbURL, name)}
 	for k, v := range common {
 		env[k] = v
 	}
