@@ -125,6 +125,7 @@ func TestLimitsBySeries(t *testing.T) {
 	require.Nil(t, limitFor("dead_tuples/idempotency_keys", killed))
 	require.Nil(t, limitFor("index_mib/charges", killed))
 	require.Same(t, limitWAL, limitFor("wal_bytes_per_charge", killed))
+	require.Same(t, limitWALRecords, limitFor("wal_records_per_charge", killed))
 	require.Same(t, limitP99, limitFor("latency_p99_ms/webhook_delivery", killed))
 }
 
