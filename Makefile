@@ -12,7 +12,7 @@ BINARIES := bin/api bin/reaper bin/mockpsp
 # not reach into it, so every target names it too.
 CLIENT := github.com/phasepay/phasepay/client/...
 
-.PHONY: all build run test fuzz vet lint pg pg-test pgbouncer pg-auto-failover chaos failover bench clean
+.PHONY: all build run test fuzz vet lint pg pg-test pgbouncer pg-auto-failover chaos failover bench soak clean
 
 all: build
 
@@ -86,6 +86,11 @@ failover: pg-auto-failover
 ## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/ and draws the plots of docs/benchmarks.md (docs/benchmarks/*.svg)
 bench: build pg pgbouncer
 	$(GO) run ./harness/cmd/bench
+
+## soak: an hour of steady load (SOAK=10m for a short run) on a throw-away cluster with autovacuum on: new charges, replays, captures, refunds, webhook deliveries, a worker killed every 3 minutes; every process's memory, goroutines, files and connections, each operation's p50/p99, dead tuples and index size per table, partitions and WAL per charge sampled every minute; fails when a series climbs over the last 75%; writes bench/results/soak.json (soak-$(SOAK).json for a short run) and a plot per series
+SOAK ?= 60m
+soak: build
+	$(GO) run ./harness/cmd/soak -duration $(SOAK) -bin bin
 
 ## compose-up: the whole stack in containers (postgres, migrate, 2 api behind nginx on :8080, 2 reapers, mockpsp, otel-collector, prometheus :9090, grafana :3000); see deploy/README.md
 .PHONY: compose-up

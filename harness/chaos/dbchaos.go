@@ -6,7 +6,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/phasepay/phasepay/harness/pgcluster"
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // dbChaos takes the database away from the running api and reaper
@@ -161,7 +161,7 @@ func (d *dbChaos) awaitRecovery(ctx context.Context, up time.Time) (took time.Du
 func (d *dbChaos) applicationNames(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, withApplicationName(d.dbURL, "chaos-harness"))
+	conn, err := pgx.Connect(ctx, procs.WithApplicationName(d.dbURL, "chaos-harness"))
 	if err != nil {
 		return nil, err
 	}
@@ -192,17 +192,4 @@ func getStatus(ctx context.Context, hc *http.Client, u string) (int, error) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode, nil
-}
-
-// withApplicationName names a process's connections, so pg_stat_activity
-// tells which process is connected.
-func withApplicationName(dbURL, name string) string {
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		return dbURL
-	}
-	q := u.Query()
-	q.Set("application_name", name)
-	u.RawQuery = q.Encode()
-	return u.String()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/harness/formation"
+	"github.com/phasepay/phasepay/harness/procs"
 	"github.com/phasepay/phasepay/internal/dbpool"
 )
 
@@ -110,7 +111,7 @@ type probeAttempt struct {
 const probeTableSQL = `CREATE TABLE IF NOT EXISTS chaos_write_probe (at timestamptz NOT NULL DEFAULT now())`
 
 func (p *writeProbe) run(ctx context.Context, dbURL string) error {
-	cfg, err := pgxpool.ParseConfig(withApplicationName(dbURL, "chaos-write-probe"))
+	cfg, err := pgxpool.ParseConfig(procs.WithApplicationName(dbURL, "chaos-write-probe"))
 	if err != nil {
 		return err
 	}

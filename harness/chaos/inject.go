@@ -70,24 +70,21 @@ func (h *harness) control() {
 		}
 		w := workers[rnd.IntN(len(workers))]
 		if rnd.IntN(10) < 6 {
-			w.signal(syscall.SIGKILL)
+			w.Signal(syscall.SIGKILL)
 			sum.Kills++
 			continue
 		}
-		w.mu.Lock()
-		paused := w.paused
-		w.mu.Unlock()
-		if paused {
+		if w.Paused() {
 			continue
 		}
-		w.signal(syscall.SIGSTOP)
+		w.Signal(syscall.SIGSTOP)
 		sum.Pauses++
 		// Frozen past its lease, so another worker or a reaper takes
 		// its keys over and the thawed worker meets the fence.
 		thaw := cfg.Lease + 500*time.Millisecond
 		pauses.Go(func() {
 			time.Sleep(thaw)
-			w.signal(syscall.SIGCONT)
+			w.Signal(syscall.SIGCONT)
 		})
 	}
 }

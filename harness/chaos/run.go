@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/client"
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // intent is one user intent and the first final answer it got.
@@ -55,7 +55,7 @@ type harness struct {
 	// probe: writes through the multi-host URL (both failover.go).
 	answers5xx answerLog
 	probe      writeProbe
-	transport  *rotatingTransport
+	transport  *procs.RotatingTransport
 	cl         *client.Client
 
 	sink    *webhookSink
@@ -105,8 +105,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 	}
 	h.planIntents()
-	h.transport = &rotatingTransport{bases: h.st.bases, next: &atomic.Uint64{}, rt: &http.Transport{MaxIdleConnsPerHost: 64}}
-	defer h.transport.rt.CloseIdleConnections()
+	h.transport = procs.NewRotatingTransport(h.st.bases, &http.Transport{MaxIdleConnsPerHost: 64})
+	defer h.transport.CloseIdleConnections()
 	if err := h.newClient(); err != nil {
 		return nil, err
 	}
@@ -279,26 +279,6 @@ func drive(ctx context.Context, cl *client.Client, it *intent) {
 	default:
 		it.err = err
 	}
-}
-
-// rotatingTransport sends each attempt to the next worker, so that a retry
-// after a dead or frozen worker lands elsewhere and takes the key over.
-type rotatingTransport struct {
-	bases []string
-	next  *atomic.Uint64
-	rt    *http.Transport
-}
-
-func (t *rotatingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	base := t.bases[t.next.Add(1)%uint64(len(t.bases))]
-	u, err := url.Parse(base)
-	if err != nil {
-		return nil, err
-	}
-	r = r.Clone(r.Context())
-	r.URL.Host = u.Host
-	r.Host = u.Host
-	return t.rt.RoundTrip(r)
 }
 
 // answerClass names a failed attempt's answer for the summary: the status

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/phasepay/phasepay/harness/pgbouncer"
 	"github.com/phasepay/phasepay/harness/pgcluster"
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // stack is what a run drives and breaks: a fresh database (on a cluster of
@@ -28,16 +28,16 @@ type stack struct {
 	pooler  *pgbouncer.Bouncer // nil unless Config.Pooler
 	apiKey  string
 
-	mock   *process // the primary mock PSP
-	psps   *pspSet  // the PSPs after the primary (routing.go); nil with one
-	pspURL string   // where the run's checks read the PSP: the primary, or the view over all
+	mock   *procs.Process // the primary mock PSP
+	psps   *pspSet        // the PSPs after the primary (routing.go); nil with one
+	pspURL string         // where the run's checks read the PSP: the primary, or the view over all
 
 	// common is every api's and reaper's environment but its own address
 	// and database name.
 	common      map[string]string
-	workers     []*process
+	workers     []*procs.Process
 	bases       []string // the workers' base URLs, by worker index
-	reapers     []*process
+	reapers     []*procs.Process
 	reaperNames []string
 
 	pool *pgxpool.Pool // the harness's own, for sampling and the checks
@@ -78,7 +78,7 @@ func (s *stack) start(ctx context.Context) error {
 	if err := s.startReapers(); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, withApplicationName(s.dbURL, "chaos-harness"))
+	pool, err := pgxpool.New(ctx, procs.WithApplicationName(s.dbURL, "chaos-harness"))
 	if err != nil {
 		return err
 	}
@@ -145,14 +145,14 @@ func (s *stack) startPooler(ctx context.Context) error {
 // and a direct URL for LISTEN for every other process.
 func (s *stack) dbEnv(name string, i int) map[string]string {
 	if s.pooler == nil {
-		return map[string]string{"DATABASE_URL": withApplicationName(s.dbURL, name)}
+		return map[string]string{"DATABASE_URL": procs.WithApplicationName(s.dbURL, name)}
 	}
 	env := map[string]string{
-		"DATABASE_URL":    withApplicationName(s.pooler.URL(s.dbURL), name),
+		"DATABASE_URL":    procs.WithApplicationName(s.pooler.URL(s.dbURL), name),
 		"DATABASE_POOLER": "transaction",
 	}
 	if i%2 == 0 {
-		env["DATABASE_DIRECT_URL"] = withApplicationName(s.dbURL, name)
+		env["DATABASE_DIRECT_URL"] = procs.WithApplicationName(s.dbURL, name)
 	}
 	return env
 }
@@ -162,10 +162,10 @@ func (s *stack) dbEnv(name string, i int) map[string]string {
 // the database directly, and makes the settings its defaults).
 func (s *stack) migrate(ctx context.Context) error {
 	env := s.dbEnv("migrate", 0)
-	if _, err := runOnce(ctx, s.bin("api"), env, "migrate"); err != nil {
+	if _, err := procs.RunOnce(ctx, s.bin("api"), env, "migrate"); err != nil {
 		return err
 	}
-	apiKey, err := runOnce(ctx, s.bin("api"), s.dbEnv("keys", 1), "keys", "create", "--tenant", "chaos")
+	apiKey, err := procs.RunOnce(ctx, s.bin("api"), s.dbEnv("keys", 1), "keys", "create", "--tenant", "chaos")
 	if err != nil {
 		return err
 	}
@@ -176,11 +176,11 @@ func (s *stack) migrate(ctx context.Context) error {
 // startPSPs starts the mock PSP, with faults, and any further PSPs.
 func (s *stack) startPSPs(ctx context.Context) error {
 	cfg := s.cfg
-	pspAddr, err := freeAddr()
+	pspAddr, err := procs.FreeAddr()
 	if err != nil {
 		return err
 	}
-	s.mock = newProcess("mockpsp", s.bin("mockpsp"), map[string]string{
+	s.mock = procs.New("mockpsp", s.bin("mockpsp"), map[string]string{
 		"MOCKPSP_ADDR":       pspAddr,
 		"MOCKPSP_ERROR_RATE": fmt.Sprint(cfg.ErrorRate),
 		"MOCKPSP_DROP_RATE":  fmt.Sprint(cfg.DropRate),
@@ -192,13 +192,13 @@ func (s *stack) startPSPs(ctx context.Context) error {
 		"MOCKPSP_LOOKUP_ERROR_RATE": fmt.Sprint(cfg.LookupErrorRate),
 		"MOCKPSP_KEY_TTL":           cfg.KeyTTL.String(),
 	})
-	if err := s.mock.start(); err != nil {
+	if err := s.mock.Start(); err != nil {
 		return err
 	}
-	s.onClose(func() { s.mock.stop(5 * time.Second) })
+	s.onClose(func() { s.mock.Stop(5 * time.Second) })
 	pspURL := "http://" + pspAddr
-	if err := waitUp(ctx, pspURL+"/_admin/authorizations"); err != nil {
-		return fmt.Errorf("mock psp: %w\n%s", err, s.mock.logText())
+	if err := procs.WaitUp(ctx, pspURL+"/_admin/authorizations"); err != nil {
+		return fmt.Errorf("mock psp: %w\n%s", err, s.mock.LogText())
 	}
 	// Several PSPs (routing.go): the mock above is the primary, and the
 	// checks read all of them through one admin view.
@@ -225,10 +225,10 @@ func (s *stack) startWorkers(ctx context.Context) error {
 	crash := fmt.Sprintf("after_claim=%[1]v,after_charge_created=%[1]v,after_psp_call=%[1]v,after_psp_authorized=%[1]v,"+
 		"after_capture_started=%[1]v,after_psp_captured=%[1]v,after_void_started=%[1]v,after_psp_voided=%[1]v,"+
 		"after_refund_created=%[1]v,after_psp_refunded=%[1]v", cfg.CrashProbability)
-	s.workers = make([]*process, cfg.Workers)
+	s.workers = make([]*procs.Process, cfg.Workers)
 	s.bases = make([]string, cfg.Workers)
 	for i := range s.workers {
-		addr, err := freeAddr()
+		addr, err := procs.FreeAddr()
 		if err != nil {
 			return err
 		}
@@ -240,20 +240,20 @@ func (s *stack) startWorkers(ctx context.Context) error {
 		}
 		maps.Copy(env, s.dbEnv(fmt.Sprintf("api-%d", i), i))
 		maps.Copy(env, s.common)
-		s.workers[i] = newProcess(fmt.Sprintf("api-%d", i), s.bin("api"), env, "serve")
-		if err := s.workers[i].start(); err != nil {
+		s.workers[i] = procs.New(fmt.Sprintf("api-%d", i), s.bin("api"), env, "serve")
+		if err := s.workers[i].Start(); err != nil {
 			return err
 		}
 		s.bases[i] = "http://" + addr
-		go s.workers[i].supervise(150 * time.Millisecond)
+		go s.workers[i].Supervise(150 * time.Millisecond)
 	}
 	s.onClose(func() {
 		for _, w := range s.workers {
-			w.stop(10 * time.Second)
+			w.Stop(10 * time.Second)
 		}
 	})
 	for _, b := range s.bases {
-		if err := waitUp(ctx, b+"/healthz"); err != nil {
+		if err := procs.WaitUp(ctx, b+"/healthz"); err != nil {
 			return fmt.Errorf("worker %s: %w", b, err)
 		}
 	}
@@ -265,46 +265,30 @@ const reaperInterval = 200 * time.Millisecond
 
 // startReapers starts the reapers, each restarted whenever it dies.
 func (s *stack) startReapers() error {
-	s.reapers = make([]*process, s.cfg.Reapers)
+	s.reapers = make([]*procs.Process, s.cfg.Reapers)
 	s.reaperNames = make([]string, s.cfg.Reapers)
 	for i := range s.reapers {
 		s.reaperNames[i] = fmt.Sprintf("reaper-%d", i)
 		env := map[string]string{"REAPER_INTERVAL": reaperInterval.String()}
 		maps.Copy(env, s.dbEnv(s.reaperNames[i], i))
 		maps.Copy(env, s.common)
-		s.reapers[i] = newProcess(s.reaperNames[i], s.bin("reaper"), env)
-		if err := s.reapers[i].start(); err != nil {
+		s.reapers[i] = procs.New(s.reaperNames[i], s.bin("reaper"), env)
+		if err := s.reapers[i].Start(); err != nil {
 			return err
 		}
-		go s.reapers[i].supervise(200 * time.Millisecond)
+		go s.reapers[i].Supervise(200 * time.Millisecond)
 	}
 	s.onClose(func() {
 		for _, r := range s.reapers {
-			r.stop(10 * time.Second)
+			r.Stop(10 * time.Second)
 		}
 	})
 	return nil
 }
 
 // processes is every api worker and reaper, for the checks over all of them.
-func (s *stack) processes() []*process {
+func (s *stack) processes() []*procs.Process {
 	return append(slices.Clone(s.workers), s.reapers...)
-}
-
-func waitUp(ctx context.Context, u string) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func createDatabase(ctx context.Context, cfg Config) (string, func(), error) {
