@@ -12,7 +12,7 @@ BINARIES := bin/api bin/reaper bin/mockpsp
 # not reach into it, so every target names it too.
 CLIENT := github.com/phasepay/phasepay/client/...
 
-.PHONY: all build run test fuzz vet lint pg pg-test chaos bench clean
+.PHONY: all build run test fuzz vet lint pg pg-test pgbouncer pg-auto-failover chaos failover bench soak clean
 
 all: build
 
@@ -33,12 +33,24 @@ pg:
 pg-test:
 	@scripts/ensure-postgres "$${TEST_DATABASE_URL:-$$DATABASE_URL}"
 
+# pgbouncer: the tests, chaos and bench steps that put a transaction pooler
+# in front of PostgreSQL start throw-away pgbouncers of their own
+# (harness/pgbouncer); this installs Debian's package when it is missing,
+# on CI's clean machine too.
+pgbouncer:
+	@scripts/install-pgbouncer
+
 ## run: migrate, create a dev API key, run api (with the embedded mock PSP) and reaper
 run: build pg
 	@scripts/run-dev
 
+# pg-auto-failover: pg_autoctl and the monitor's extension, for the formation
+# test (harness/formation) and make failover.
+pg-auto-failover:
+	@scripts/install-pg-auto-failover
+
 ## test: every test against a real PostgreSQL, with -race, plus vet, lint and a short fuzz of the parsers and of every route's parameters
-test: pg-test vet lint
+test: pg-test pgbouncer pg-auto-failover vet lint
 	$(GO) test -race -count=1 -timeout 9m ./... $(CLIENT)
 	$(MAKE) --no-print-directory fuzz
 
@@ -65,9 +77,20 @@ chaos: pg
 	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 2000 -db-restarts $(CHAOS_DB_RESTARTS) -json bench/results/chaos.json
 	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 1000 -psps 3 -db-restarts 1 -json bench/results/chaos-routing.json
 
+## failover: the chaos workload on a throw-away pg_auto_failover formation (a monitor and two data nodes on free ports, never the server on 5432) whose primary fails 4 times under load (kill -9 and switchover in turn), once with synchronous replication (nothing may be lost) and once without (reports what it loses; fails on a double charge); writes bench/results/failover-sync.json and failover-async.json
+FAILOVER_INTENTS ?= 1000
+failover: pg-auto-failover
+	$(GO) run ./harness/cmd/failover -seed $(CHAOS_SEED) -intents $(FAILOVER_INTENTS) -json bench/results/failover-sync.json
+	$(GO) run ./harness/cmd/failover -seed $(CHAOS_SEED) -intents $(FAILOVER_INTENTS) -async -json bench/results/failover-async.json
+
 ## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/ and draws the plots of docs/benchmarks.md (docs/benchmarks/*.svg)
-bench: build pg
+bench: build pg pgbouncer
 	$(GO) run ./harness/cmd/bench
+
+## soak: an hour of steady load (SOAK=10m for a short run) on a throw-away cluster with autovacuum on: new charges, replays, captures, refunds, webhook deliveries, a worker killed every 3 minutes; every process's memory, goroutines, files and connections, each operation's p50/p99, dead tuples and index size per table, partitions and WAL per charge sampled every minute; fails when a series climbs over the last 75%; writes bench/results/soak.json (soak-$(SOAK).json for a short run) and a plot per series
+SOAK ?= 60m
+soak: build
+	$(GO) run ./harness/cmd/soak -duration $(SOAK) -bin bin
 
 ## compose-up: the whole stack in containers (postgres, migrate, 2 api behind nginx on :8080, 2 reapers, mockpsp, otel-collector, prometheus :9090, grafana :3000); see deploy/README.md
 .PHONY: compose-up

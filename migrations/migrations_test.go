@@ -11,9 +11,9 @@ import (
 
 // referenceTables are small tables a distributed PostgreSQL (docs/scaling.md)
 // would replicate to every node rather than shard by tenant: tenants
-// itself, and api_keys, which is looked up by key hash before the tenant is
-// known.
-var referenceTables = map[string]bool{"tenants": true, "api_keys": true}
+// itself, api_keys, which is looked up by key hash before the tenant is
+// known, and object_id_secret, one row every node derives ids with.
+var referenceTables = map[string]bool{"tenants": true, "api_keys": true, "object_id_secret": true}
 
 // The path to sharding by tenant stays open only while tenant_id leads
 // every primary key, foreign key and unique constraint or index of the

@@ -173,3 +173,22 @@ func semverLess(a, b string) bool {
 	}
 	return false
 }
+
+// install-pgbouncer, which make test runs before any test: with PgBouncer
+// installed (as on every machine make test ran on) it exits 0 at once,
+// installing nothing; PGBOUNCER naming something that is not a binary is a
+// one-line refusal.
+func TestInstallPgbouncer(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("./install-pgbouncer").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Empty(t, strings.TrimSpace(string(out)), "nothing to install, nothing to say")
+
+	cmd := exec.Command("./install-pgbouncer")
+	cmd.Env = append(cmd.Environ(), "PGBOUNCER="+filepath.Join(t.TempDir(), "nothing"))
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	msg := strings.TrimSpace(string(out))
+	require.Contains(t, msg, "PGBOUNCER=")
+	require.NotContains(t, msg, "\n", "one line")
+}

@@ -183,6 +183,8 @@ func TestBadConfigExits2(t *testing.T) {
 		{"psp url not http", "PSP_URL", "ftp://psp.example"},
 		{"psp url relative", "PSP_URL", "psp.example:8090"},
 		{"one commit per phase not a boolean", "ONE_COMMIT_PER_PHASE", "maybe"},
+		{"unknown pooling mode", "DATABASE_POOLER", "statement"},
+		{"direct URL without a pooler", "DATABASE_DIRECT_URL", unreachableDB},
 	}
 	for _, tt := range tests {
 		for _, args := range [][]string{nil, {"serve"}, {"migrate"}, {"keys", "create", "--tenant", "x"}} {

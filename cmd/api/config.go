@@ -18,6 +18,12 @@ import (
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string (DATABASE_URL).
 	DatabaseURL string
+	// DatabasePooler (DATABASE_POOLER=transaction) declares that
+	// DatabaseURL goes through a transaction-mode pooler, and
+	// DatabaseDirectURL (DATABASE_DIRECT_URL) is then the server itself,
+	// for LISTEN and `api migrate`; see dbpool.Config.
+	DatabasePooler    dbpool.Pooler
+	DatabaseDirectURL string
 	// Addr is the listen address (API_ADDR); port 0 picks a free one.
 	Addr string
 	// PSPURL is the PSP's base URL (PSP_URL), required by serve. The value
@@ -82,7 +88,11 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 		c   Config
 		err error
 	)
-	c.DatabaseURL = envconfig.String(getenv, "DATABASE_URL", DatabaseURLDefault)
+	db, err := dbpool.ConfigFromEnv(getenv)
+	if err != nil {
+		return Config{}, err
+	}
+	c.DatabaseURL, c.DatabasePooler, c.DatabaseDirectURL = db.URL, db.Pooler, db.DirectURL
 	c.Addr = envconfig.String(getenv, "API_ADDR", AddrDefault)
 	c.PSPURL = getenv("PSP_URL")
 	c.MockPSPAddr = envconfig.String(getenv, "MOCKPSP_ADDR", MockPSPAddrDefault)
@@ -110,6 +120,11 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// database is how the api connects to PostgreSQL.
+func (c Config) database() dbpool.Config {
+	return dbpool.Config{URL: c.DatabaseURL, Pooler: c.DatabasePooler, DirectURL: c.DatabaseDirectURL}
 }
 
 // hasPSP reports whether a PSP is configured (PSP_URL or PSPS).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/tenants"
 )
 
@@ -143,15 +144,20 @@ func writeKeysText(w io.Writer, keys []tenants.Key) error {
 	return tw.Flush()
 }
 
-// withConn runs f on a connection of its own to DATABASE_URL, under
-// keysTimeout.
+// withConn runs f on a connection of its own to DATABASE_URL (fit for
+// its pooler, dbpool.Config.ConnConfig), under keysTimeout.
 func withConn(ctx context.Context, cfg Config, f func(ctx context.Context, conn *pgx.Conn) error) error {
 	ctx, cancel := context.WithTimeout(ctx, keysTimeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	connCfg, err := cfg.database().ConnConfig()
 	if err != nil {
 		return err
 	}
+	conn, err := pgx.ConnectConfig(ctx, connCfg)
+	if err != nil {
+		return err
+	}
+	dbpool.RegisterExecTypes(conn)
 	defer conn.Close(context.WithoutCancel(ctx))
 	return f(ctx, conn)
 }

@@ -248,9 +248,10 @@ func writeUsage(w io.Writer, path string, cmd *command, fs *flag.FlagSet, full b
 // configHelp closes `api -h`.
 const configHelp = `
 Configuration is by environment variable: DATABASE_URL (PostgreSQL),
-API_ADDR (listen address), PSP_URL (the PSP, or "embedded" for an in-process
-mock) or PSPS and PSP_ROUTING (several PSPs), LEASE and the others listed in
-docs/operations.md ("Every variable").
+DATABASE_POOLER=transaction and DATABASE_DIRECT_URL (behind a transaction
+pooler), API_ADDR (listen address), PSP_URL (the PSP, or "embedded" for an
+in-process mock) or PSPS and PSP_ROUTING (several PSPs), LEASE and the others
+listed in docs/operations.md ("Every variable").
 Logs are JSON lines on stderr.
 `
 
@@ -304,7 +305,11 @@ var migrateCommand = &command{
 	summary: "apply every pending migration and exit (running it twice is harmless)",
 	help: `Creates DATABASE_URL's database if the server does not have it, applies the
 embedded migrations under an advisory lock, and creates the partitions
-ahead.`,
+ahead. With DATABASE_POOLER=transaction it connects through
+DATABASE_DIRECT_URL (required then: DDL and a session lock do not belong
+behind a transaction pooler) and makes phasepay's server settings (the
+statement, lock and idle timeouts, plan_cache_mode) the database's
+defaults, since the pooler passes no startup parameter on.`,
 	flags: func(fs *flag.FlagSet) action {
 		return func(ctx context.Context, inv *invocation) error {
 			if len(inv.args) > 0 {
@@ -314,7 +319,7 @@ ahead.`,
 				return err
 			}
 			inv.logger.Info("migrations applied")
-			if off, err := dbpool.AutovacuumOff(ctx, inv.cfg.DatabaseURL); err == nil && off {
+			if off, err := dbpool.AutovacuumOff(ctx, inv.cfg.database().Direct()); err == nil && off {
 				inv.logger.Warn("autovacuum is off on this server: nothing refreshes the planner's statistics, and a plan made before a table had any can scan a tenant's every row until ANALYZE runs (docs/operations.md)")
 			}
 			return nil

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/internal/charges"
-	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/routing"
@@ -211,11 +210,10 @@ recorded and shown by requests show.`,
 func withPool(ctx context.Context, inv *invocation, fn func(context.Context, *pgxpool.Pool) error) error {
 	ctx, cancel := context.WithTimeout(ctx, requestsTimeout)
 	defer cancel()
-	cfg, err := pgxpool.ParseConfig(inv.cfg.DatabaseURL)
+	cfg, err := inv.cfg.database().PoolConfig()
 	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
+		return err
 	}
-	dbpool.ConfigurePool(cfg, inv.cfg.DatabaseURL)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("database: %w", err)

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/tenants"
 )
 
@@ -19,26 +22,33 @@ const ListenerStartTimeout = 5 * time.Second
 const listenerConnectTimeout = 10 * time.Second
 
 // startRevocationListener returns the API's Authenticator, kept true to
-// revocations by a RevocationListener on a connection of its own to the
-// pool's database, and the function that stops the listener. It waits for
-// the listener's first attempt (up to ListenerStartTimeout), so that the
-// cache is in use from the first request; if that attempt fails (the
-// database is away at start) the api serves and the listener keeps trying.
+// revocations by a RevocationListener, and the function that stops the
+// listener. The listener LISTENs on a connection of its own to the server
+// itself (DATABASE_URL, or DATABASE_DIRECT_URL behind a transaction
+// pooler), or, behind a pooler with no direct URL, polls recent
+// revocations through the pool. It waits for the listener's first attempt
+// (up to ListenerStartTimeout), so that the cache is in use from the first
+// request; if that attempt fails (the database is away at start) the api
+// serves and the listener keeps trying.
 func (m *Main) startRevocationListener(ctx context.Context, pool *pgxpool.Pool) (*tenants.Authenticator, func(), error) {
 	auth := tenants.NewAuthenticator(pool, tenants.CacheTTLDefault)
-	base := pool.Config().ConnConfig
-	l, err := tenants.NewRevocationListener(auth, tenants.RevocationListenerConfig{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
-			cfg := base.Copy()
-			cfg.RuntimeParams["application_name"] = tenants.ListenerApplicationName
-			// A span per health check of an idle connection is noise.
-			cfg.Tracer = nil
+	cfg := tenants.RevocationListenerConfig{Poll: pool, Logger: m.Logger}
+	if direct := m.Config.database().Direct(); direct != "" {
+		base, err := pgx.ParseConfig(direct)
+		if err != nil {
+			return nil, nil, fmt.Errorf("direct database URL: %w", err)
+		}
+		if !strings.Contains(direct, "connect_timeout") {
+			base.ConnectTimeout = dbpool.ConnectTimeoutDefault
+		}
+		base.RuntimeParams["application_name"] = tenants.ListenerApplicationName
+		cfg.Connect = func(ctx context.Context) (*pgx.Conn, error) {
 			ctx, cancel := context.WithTimeout(ctx, listenerConnectTimeout)
 			defer cancel()
-			return pgx.ConnectConfig(ctx, cfg)
-		},
-		Logger: m.Logger,
-	})
+			return pgx.ConnectConfig(ctx, base.Copy())
+		}
+	}
+	l, err := tenants.NewRevocationListener(auth, cfg)
 	if err != nil {
 		return nil, nil, err
 	}

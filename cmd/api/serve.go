@@ -62,6 +62,7 @@ type Main struct {
 	mockPSPURL string
 	ready      chan struct{}
 	auth       *tenants.Authenticator
+	pool       *pgxpool.Pool
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
@@ -79,11 +80,14 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		defer tel.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // best effort at exit
 	}
-	pool, err := dbpool.OpenPool(ctx, m.Config.DatabaseURL, tel)
+	pool, err := dbpool.OpenPool(ctx, m.Config.database(), tel)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	m.mu.Lock()
+	m.pool = pool
+	m.mu.Unlock()
 	stopCheck, err := m.checkPartitions(ctx, pool)
 	if err != nil {
 		return err
@@ -196,7 +200,9 @@ const StartupCheckTimeout = 10 * time.Second
 const startupCheckRetry = 2 * time.Second
 
 // checkPartitions creates the partitions inserts will soon need, as the
-// reaper does, so that a fresh deployment works before any reaper ran.
+// reaper does, so that a fresh deployment works before any reaper ran;
+// behind a transaction pooler it first checks that the server settings
+// are in effect (dbpool.CheckSettings).
 // A database that is down, restarting or busy (dbstate.Unavailable) does not
 // stop the start: the api serves (requests answer 503 database_unavailable
 // and /readyz 503 until PostgreSQL answers) and the check is retried in the
@@ -209,6 +215,13 @@ func (m *Main) checkPartitions(ctx context.Context, pool *pgxpool.Pool) (stop fu
 	try := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, StartupCheckTimeout)
 		defer cancel()
+		if m.Config.DatabasePooler == dbpool.PoolerTransaction {
+			// No startup parameter passes the pooler: the limits hold only
+			// as the database's defaults, which `api migrate` sets.
+			if err := dbpool.CheckSettings(ctx, pool); err != nil {
+				return err
+			}
+		}
 		created, err := idempotency.EnsurePartitions(ctx, pool)
 		if err != nil {
 			return err
@@ -236,6 +249,8 @@ func (m *Main) checkPartitions(ctx context.Context, pool *pgxpool.Pool) (stop fu
 	switch {
 	case err == nil:
 		return func() {}, nil
+	case errors.Is(err, dbpool.ErrSettings):
+		return nil, fmt.Errorf("start: %w", err)
 	case !dbstate.Unavailable(err):
 		return nil, fmt.Errorf("start: %w (has `api migrate` run?)", err)
 	}
@@ -287,6 +302,14 @@ func (m *Main) Addr(ctx context.Context) (string, error) {
 	}
 }
 
+// dbPool returns the pool Run opened (tests only: they act on the api's
+// own connections, as a pooler or an operator would).
+func (m *Main) dbPool() *pgxpool.Pool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pool
+}
+
 // MockPSP returns the in-process mock PSP, if Run started one.
 func (m *Main) MockPSP() *psp.Mock {
 	m.mu.Lock()
@@ -336,17 +359,27 @@ func pspLabel(c Config) string {
 }
 
 func migrate(ctx context.Context, cfg Config) error {
-	if err := createDatabase(ctx, cfg.DatabaseURL); err != nil {
+	db := cfg.database()
+	url := db.Direct()
+	if url == "" {
+		return fmt.Errorf("%w: DATABASE_POOLER=transaction: `api migrate` needs DATABASE_DIRECT_URL, the server itself (DDL and goose's session lock do not belong behind a transaction pooler)", errConfig)
+	}
+	if err := createDatabase(ctx, url); err != nil {
 		return err
 	}
-	if err := migrations.UpURL(ctx, cfg.DatabaseURL); err != nil {
+	if err := migrations.UpURL(ctx, url); err != nil {
 		return err
 	}
-	conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(ctx)
+	if db.Pooler == dbpool.PoolerTransaction {
+		if err := dbpool.ApplySettings(ctx, conn); err != nil {
+			return err
+		}
+	}
 	if _, err = idempotency.EnsurePartitions(ctx, conn); err != nil {
 		return err
 	}

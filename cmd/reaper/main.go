@@ -21,6 +21,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/envconfig"
@@ -51,6 +54,11 @@ Configuration is by environment variable:
   PSPS, PSP_ROUTING    instead of PSP_URL, several PSPs and the order each
                        currency tries them in (the API's values)
   DATABASE_URL         PostgreSQL (default ` + dbpool.DatabaseURLDefault + `)
+  DATABASE_POOLER      "transaction": DATABASE_URL goes through a
+                       transaction-mode pooler (PgBouncer): no named
+                       prepared statement, no session state
+  DATABASE_DIRECT_URL  with a pooler, the server itself, to LISTEN for
+                       webhook wake-ups on; unset: they are polled
   LEASE                lease taken by a takeover; must match the API's (default 60s)
   REAPER_INTERVAL      pause between passes (default 1s)
   RETENTION            how long a finished key is kept (default 24h)
@@ -99,6 +107,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 // Config is the reaper's configuration.
 type Config struct {
 	DatabaseURL string // DATABASE_URL
+	// DatabasePooler (DATABASE_POOLER=transaction) declares that
+	// DatabaseURL goes through a transaction-mode pooler, and
+	// DatabaseDirectURL (DATABASE_DIRECT_URL) is then the server itself,
+	// for LISTEN; see dbpool.Config.
+	DatabasePooler    dbpool.Pooler
+	DatabaseDirectURL string
 	// PSPURL is PSP_URL, required: the PSP's base URL, or PSPEmbedded for
 	// an in-process mock PSP with a ledger of its own (see Run).
 	PSPURL string
@@ -129,14 +143,19 @@ const PSPEmbedded = "embedded"
 
 // ParseEnv reads Config from the environment and validates it.
 func ParseEnv(getenv func(string) string) (Config, error) {
+	db, err := dbpool.ConfigFromEnv(getenv)
+	if err != nil {
+		return Config{}, err
+	}
 	c := Config{
-		DatabaseURL: envconfig.String(getenv, "DATABASE_URL", dbpool.DatabaseURLDefault),
-		PSPURL:      getenv("PSP_URL"),
-		MetricsAddr: cmp.Or(getenv("REAPER_METRICS_ADDR"), getenv("METRICS_ADDR")),
+		DatabaseURL:       db.URL,
+		DatabasePooler:    db.Pooler,
+		DatabaseDirectURL: db.DirectURL,
+		PSPURL:            getenv("PSP_URL"),
+		MetricsAddr:       cmp.Or(getenv("REAPER_METRICS_ADDR"), getenv("METRICS_ADDR")),
 	}
 	// Never a default: a reaper that lost its PSP_URL must not drive
 	// requests against a mock and record authorizations no PSP ever saw.
-	var err error
 	if c.Routing, err = routing.FromEnv(getenv); err != nil {
 		return Config{}, err
 	}
@@ -173,6 +192,11 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
+// database is how the reaper connects to PostgreSQL.
+func (c Config) database() dbpool.Config {
+	return dbpool.Config{URL: c.DatabaseURL, Pooler: c.DatabasePooler, DirectURL: c.DatabaseDirectURL}
+}
+
 // Main is the reaper program, runnable in-process by tests.
 type Main struct {
 	Config Config
@@ -197,11 +221,15 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	defer tel.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // best effort at exit
-	pool, err := dbpool.OpenPool(ctx, m.Config.DatabaseURL, tel)
+	db := m.Config.database()
+	pool, err := dbpool.OpenPool(ctx, db, tel)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if err := m.checkSettings(ctx, pool); err != nil {
+		return err
+	}
 
 	authorizer := m.Authorizer
 	if authorizer == nil {
@@ -253,6 +281,7 @@ func (m *Main) Run(ctx context.Context) error {
 	r, err := reaper.New(pool, keys, svc, reaper.Config{
 		Interval:  m.Config.Interval,
 		Retention: m.Config.Retention,
+		Pooled:    db.Pooler == dbpool.PoolerTransaction,
 		Meter:     tel.Meter.Meter("github.com/phasepay/phasepay/internal/reaper"),
 		Logger:    m.Logger,
 	})
@@ -268,6 +297,7 @@ func (m *Main) Run(ctx context.Context) error {
 		RetryMax:     m.Config.RetryMax,
 		Retention:    m.Config.EventsRetention,
 		AllowPrivate: m.Config.WebhookAllowPrivate,
+		Listen:       listenConnect(db.Direct()),
 		Meter:        tel.Meter.Meter("github.com/phasepay/phasepay/internal/webhooks"),
 		Logger:       m.Logger,
 	})
@@ -283,6 +313,57 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Logger.Info("reaper stopped")
 	return err
 }
+
+// settingsCheckTimeout bounds the start-up check of the server settings.
+const settingsCheckTimeout = 10 * time.Second
+
+// checkSettings, behind a transaction pooler, checks that the server
+// settings hold as the database's defaults (no startup parameter passes
+// the pooler; `api migrate` sets them): a reaper whose statements would
+// run without timeouts refuses to start. A database that does not answer
+// does not stop the start: the reaper rides out outages, and the api's
+// check reports the settings once it answers.
+func (m *Main) checkSettings(ctx context.Context, pool *pgxpool.Pool) error {
+	if m.Config.DatabasePooler != dbpool.PoolerTransaction {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, settingsCheckTimeout)
+	defer cancel()
+	err := dbpool.CheckSettings(ctx, pool)
+	if errors.Is(err, dbpool.ErrSettings) {
+		return err
+	}
+	if err != nil {
+		m.Logger.Warn("could not check the server settings at start", "error", err.Error())
+	}
+	return nil
+}
+
+// listenConnect returns how the webhook deliverer opens its LISTEN
+// connection to the server at url: nil without one (behind a pooler with
+// no DATABASE_DIRECT_URL), and the deliverer polls.
+func listenConnect(url string) func(context.Context) (*pgx.Conn, error) {
+	if url == "" {
+		return nil
+	}
+	return func(ctx context.Context) (*pgx.Conn, error) {
+		cfg, err := pgx.ParseConfig(url)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RuntimeParams["application_name"] = WebhookListenerApplicationName
+		ctx, cancel := context.WithTimeout(ctx, listenConnectTimeout)
+		defer cancel()
+		return pgx.ConnectConfig(ctx, cfg)
+	}
+}
+
+// WebhookListenerApplicationName is the application_name of the webhook
+// deliverer's LISTEN connection, for pg_stat_activity.
+const WebhookListenerApplicationName = "phasepay-webhooks-listener"
+
+// listenConnectTimeout bounds one connection attempt of the listener.
+const listenConnectTimeout = 10 * time.Second
 
 // MetricsAddr returns the metrics listener's address once Run serves it
 // (REAPER_METRICS_ADDR set), else "".

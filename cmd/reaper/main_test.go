@@ -49,6 +49,11 @@ func TestBadConfigExitsTwo(t *testing.T) {
 	code := run(nil, env(map[string]string{"RETENTION": "1s", "PSP_URL": PSPEmbedded}), io.Discard, &stderr)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr.s, "reaper: RETENTION")
+
+	stderr = stringWriter{}
+	code = run(nil, env(map[string]string{"DATABASE_POOLER": "session", "PSP_URL": PSPEmbedded}), io.Discard, &stderr)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr.s, "reaper: DATABASE_POOLER")
 }
 
 type stringWriter struct{ s string }

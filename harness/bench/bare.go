@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // The bare baselines: what an HTTP service cannot avoid doing for a new
@@ -136,7 +138,7 @@ func (e *env) startBare(ctx context.Context, dbURL, pspURL string) (*bareProcess
 	if len(e.cfg.BareCmd) == 0 {
 		return nil, errors.New("Config.BareCmd is not set: nothing can serve the bare baselines")
 	}
-	addr, err := freeAddr()
+	addr, err := procs.FreeAddr()
 	if err != nil {
 		return nil, err
 	}

@@ -97,6 +97,9 @@ type Results struct {
 	// Statistics says whether the server kept the planner's statistics
 	// or the run did (analyze.go).
 	Statistics Statistics `json:"statistics"`
+	// Pooler is new charges and replays through PgBouncer against direct,
+	// per level (pooler.go).
+	Pooler []PoolerCost `json:"pooler,omitempty"`
 	// TimelineCost is new charges with the request timeline on against
 	// TIMELINE=off (timeline.go).
 	TimelineCost []TimelineCost `json:"timeline_cost"`
@@ -145,6 +148,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		{"new charges, replays, 409s (alternating with bare baselines)", e.withStatistics(e.loads)},
 		{"captures and refunds", e.withStatistics(e.operations)},
 		{"new charges with the primary PSP down (breaker open)", e.withStatistics(e.primaryDown)},
+		{"pooler: new charges and replays through PgBouncer (alternating with direct)", e.withStatistics(e.pooler)},
 		{"instrumentation overhead (alternating on/off)", e.withStatistics(e.instrumentation)},
 		{"timeline cost (alternating on/off)", e.withStatistics(e.timelineCost)},
 		{"tenant foreign keys (alternating with/without)", e.withStatistics(e.tenantFKs)},

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // PrimaryDown is new-charge throughput routed between two PSPs, with both
@@ -83,7 +85,7 @@ func (e *env) startRouted(ctx context.Context) (base, primaryURL string, stop fu
 		primary.stop()
 		return "", "", nil, err
 	}
-	apiAddr, err := freeAddr()
+	apiAddr, err := procs.FreeAddr()
 	if err != nil {
 		primary.stop()
 		secondary.stop()

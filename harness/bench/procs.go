@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // server is a bin/api or bin/mockpsp the benchmark runs.
@@ -62,15 +63,6 @@ func (s *server) stop() {
 	})
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
 // startStack starts the mock PSP (no faults, no latency) and one API.
 func (e *env) startStack(ctx context.Context, extra map[string]string) (base string, stop func(), err error) {
 	return e.startStackOn(ctx, e.dbURL, extra)
@@ -78,7 +70,7 @@ func (e *env) startStack(ctx context.Context, extra map[string]string) (base str
 
 // startPSP starts a mock PSP process and returns its base URL.
 func (e *env) startPSP(ctx context.Context) (string, *server, error) {
-	pspAddr, err := freeAddr()
+	pspAddr, err := procs.FreeAddr()
 	if err != nil {
 		return "", nil, err
 	}
@@ -97,7 +89,7 @@ func (e *env) startStackOn(ctx context.Context, dbURL string, extra map[string]s
 	if err != nil {
 		return "", nil, err
 	}
-	apiAddr, err := freeAddr()
+	apiAddr, err := procs.FreeAddr()
 	if err != nil {
 		psp.stop()
 		return "", nil, err

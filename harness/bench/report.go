@@ -127,6 +127,7 @@ func (r *Results) Table() string {
 		p("\n")
 	}
 	p("%s", r.primaryDownRow())
+	p("%s", r.poolerTable())
 	p("| commits per new charge | xact_commit | durable (WAL COMMIT records) |\n|---|---:|---:|\n")
 	for _, c := range r.Commits {
 		p("| %s (%d charges) | %.2f | %.2f |\n", c.Mode, c.Charges, c.Xact, c.Durable)

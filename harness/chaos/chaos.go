@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/phasepay/phasepay/harness/formation"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/phases"
 )
@@ -125,6 +126,26 @@ type Config struct {
 	// PSPs, above 1, routes between that many mock PSPs (routing.go), one
 	// of them down, refusing or dropping answers for stretches. Default 1.
 	PSPs int
+	// Pooler puts a PgBouncer in transaction mode (harness/pgbouncer)
+	// between the api workers and reapers and the database: they run with
+	// DATABASE_POOLER=transaction, the even-numbered ones with a direct
+	// connection for LISTEN (DATABASE_DIRECT_URL), the odd ones polling.
+	// The harness's own checks read the database directly. With database
+	// restarts, the pooler stays up and reconnects; a reaper's recovery is
+	// then seen by the reaper probe alone (its connections are the
+	// pooler's, not its own, in pg_stat_activity).
+	Pooler bool
+	// Formation, if set, is a pg_auto_failover formation
+	// (harness/formation) the run uses instead of a database of its own:
+	// every process gets its multi-host URL, and its primary fails
+	// Failovers times during the load, kill -9 and planned switchover in
+	// turn (failover.go); DBRestarts and AdminURL are not used.
+	Formation *formation.Formation
+	Failovers int
+	// FailoverLag is how long the standby's WAL receiver is held stopped
+	// before each kill (formation.KillOptions.Lag): the replication lag
+	// the crash meets. 0: none.
+	FailoverLag time.Duration
 }
 
 func (c *Config) defaults() {
@@ -207,6 +228,9 @@ type Summary struct {
 	// Routing: failovers, breakers and stretches with several PSPs
 	// (routing.go); nil with one.
 	Routing *RoutingStats `json:"routing,omitempty"`
+	// Failover: the failures of a formation's primary (failover.go); nil
+	// without a formation.
+	Failover *FailoverSummary `json:"failover,omitempty"`
 }
 
 // Table renders the summary as a table.
@@ -255,6 +279,7 @@ func (s *Summary) Table() string {
 	row("replays checked byte for byte", s.Replays)
 	s.livesAndWebhooksRows(row)
 	s.routingRows(row)
+	s.failoverRows(row)
 	row("duration", s.Duration)
 	row("violations", len(s.Violations))
 	for _, v := range s.Violations {

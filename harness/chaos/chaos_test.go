@@ -134,3 +134,34 @@ func TestHarnessCatchesFreshPSPKeyDefect(t *testing.T) {
 	}
 	require.True(t, found, "violations: %v", sum.Violations)
 }
+
+// The short run again, briefly, with a PgBouncer in transaction mode
+// between the workers and reapers and the database (half of them with a
+// direct connection for LISTEN, half polling), and one database restart
+// the pooler rides out: every intent still ends exactly once, payment
+// lives and webhooks included.
+func TestChaosBehindATransactionPooler(t *testing.T) {
+	t.Parallel()
+	dir, err := binaries()
+	require.NoError(t, err)
+	sum, err := chaos.Run(context.Background(), chaos.Config{
+		Seed:             13,
+		Intents:          40,
+		Concurrency:      8,
+		CrashProbability: 0.03,
+		KeyTTL:           time.Second,
+		Pooler:           true,
+		AdminURL:         testdb.Admin(t),
+		BinDir:           dir,
+	})
+	require.NoError(t, err)
+	t.Logf("\n%s\n%s", sum.Table(), sum.Line())
+	require.Empty(t, sum.Violations)
+	require.Equal(t, 40, sum.Authorized+sum.Declined+sum.Failed+sum.NeedsAttention)
+	require.Positive(t, sum.Kills+sum.Pauses)
+	require.Equal(t, 40, sum.Replays)
+	require.Zero(t, sum.UnplannedExits)
+	require.Positive(t, sum.Lives.Captures+sum.Lives.Refunds+sum.Lives.Voids)
+	require.Positive(t, sum.Webhooks.Events)
+	require.GreaterOrEqual(t, sum.Webhooks.Accepted, sum.Webhooks.Events)
+}

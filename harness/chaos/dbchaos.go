@@ -6,7 +6,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/phasepay/phasepay/harness/pgcluster"
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // dbChaos takes the database away from the running api and reaper
@@ -48,6 +48,7 @@ type dbChaos struct {
 	windows     []downWindow  // each restart, from the stop until every process recovered
 	maxRecovery time.Duration
 	violations  []string
+	failovers   []FailoverStat // with a formation (failover.go)
 }
 
 // run performs the restarts. The k-th of n waits until k/(n+1) of the
@@ -55,7 +56,10 @@ type dbChaos struct {
 // however fast the run goes, and the last one still has intents after it.
 // It returns an error only when the cluster itself cannot be restarted.
 func (d *dbChaos) run(ctx context.Context, finished *atomic.Int64, clientsDone <-chan struct{}, progress io.Writer) error {
-	n := d.cfg.DBRestarts
+	n, what := d.cfg.DBRestarts, "database restart"
+	if d.cfg.Formation != nil {
+		n, what = d.cfg.Failovers, "failover"
+	}
 	for k := 1; k <= n; k++ {
 		threshold := int64(k * d.cfg.Intents / (n + 1))
 		for finished.Load() < threshold {
@@ -63,10 +67,16 @@ func (d *dbChaos) run(ctx context.Context, finished *atomic.Int64, clientsDone <
 			case <-ctx.Done():
 				return nil
 			case <-clientsDone:
-				d.violate("only %d of %d database restarts happened during the load: the intents finished first", k-1, n)
+				d.violate("only %d of %d %ss happened during the load: the intents finished first", k-1, n, what)
 				return nil
 			case <-time.After(50 * time.Millisecond):
 			}
+		}
+		if d.cfg.Formation != nil {
+			if err := d.runFailover(ctx, k, n, progress); err != nil {
+				return err
+			}
+			continue
 		}
 		down := time.Duration(float64(d.cfg.DBDown) * (0.5 + d.rnd.Float64()))
 		stopped := time.Now()
@@ -151,7 +161,7 @@ func (d *dbChaos) awaitRecovery(ctx context.Context, up time.Time) (took time.Du
 func (d *dbChaos) applicationNames(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, withApplicationName(d.dbURL, "chaos-harness"))
+	conn, err := pgx.Connect(ctx, procs.WithApplicationName(d.dbURL, "chaos-harness"))
 	if err != nil {
 		return nil, err
 	}
@@ -182,17 +192,4 @@ func getStatus(ctx context.Context, hc *http.Client, u string) (int, error) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode, nil
-}
-
-// withApplicationName names a process's connections, so pg_stat_activity
-// tells which process is connected.
-func withApplicationName(dbURL, name string) string {
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		return dbURL
-	}
-	q := u.Query()
-	q.Set("application_name", name)
-	u.RawQuery = q.Encode()
-	return u.String()
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // settle lets the reapers finish what the last kills abandoned, stops the
@@ -26,7 +28,7 @@ func (h *harness) settle(ctx context.Context) error {
 	}
 	h.stopSampling()
 	<-h.sampled
-	if h.st.cluster != nil {
+	if h.st.cluster != nil || cfg.Formation != nil {
 		took, v, err := probeReapers(ctx, cfg, h.st.bin("api"), h.st.common, h.st.dbURL, h.st.apiKey, pool, h.transport)
 		if err != nil {
 			return err
@@ -60,10 +62,8 @@ func (h *harness) collect() {
 	sum.FailedAttempts = h.answers
 	h.answersMu.Unlock()
 	for _, w := range h.st.workers {
-		w.mu.Lock()
-		sum.Restarts += w.restarts
-		w.mu.Unlock()
-		countCrashPoints(w.logText(), sum.CrashPoints)
+		sum.Restarts += w.Restarts()
+		countCrashPoints(w.LogText(), sum.CrashPoints)
 	}
 	sum.Violations = append(sum.Violations, h.monoFaults...)
 	sum.DBRestarts = int(h.db.restarts.Load())
@@ -71,6 +71,16 @@ func (h *harness) collect() {
 	sum.DBDown, sum.DBMaxRecovery = h.db.down.Truncate(time.Millisecond).String(), h.db.maxRecovery.Truncate(time.Millisecond).String()
 	sum.Violations = append(sum.Violations, h.db.violations...)
 	h.db.mu.Unlock()
+	sum.Failover = h.failoverSummary()
+	// No request is ever answered 500, whatever the database does.
+	for class, n := range h.answers {
+		if strings.HasPrefix(class, "500") {
+			sum.Violations = append(sum.Violations, fmt.Sprintf("%d attempts answered %s", n, class))
+		}
+	}
+	if n := h.answers5xx.count(500, h.start, time.Now()); n > 0 {
+		sum.Violations = append(sum.Violations, fmt.Sprintf("%d attempts (intents and lives) answered 500", n))
+	}
 }
 
 // verify checks the intents, the webhooks, the lives and the routing
@@ -79,7 +89,7 @@ func (h *harness) collect() {
 func (h *harness) verify(ctx context.Context) error {
 	st, sum := h.st, h.sum
 	if err := verify(ctx, st.pool, st.pspURL, h.transport, st.apiKey, h.intents, sum, func() (string, error) {
-		return runOnce(ctx, st.bin("api"), map[string]string{"DATABASE_URL": st.dbURL}, "requests", "list", "--state", "needs_attention", "--json")
+		return procs.RunOnce(ctx, st.bin("api"), map[string]string{"DATABASE_URL": st.dbURL}, "requests", "list", "--state", "needs_attention", "--json")
 	}); err != nil {
 		return err
 	}
@@ -100,14 +110,14 @@ func (h *harness) verify(ctx context.Context) error {
 	// After the replays, so a process that dies by itself at any point
 	// before the harness stops it is counted; the stop itself is planned.
 	for _, p := range st.processes() {
-		for _, e := range p.unplannedExits() {
+		for _, e := range p.UnplannedExits() {
 			sum.UnplannedExits++
 			sum.Violations = append(sum.Violations, "unplanned exit: "+e)
 		}
 		// A panic the api recovered answered its request 500: a bug, even
 		// when the client's retry then succeeded.
-		for _, e := range recoveredPanics(p.logText()) {
-			sum.Violations = append(sum.Violations, p.name+": recovered panic: "+e)
+		for _, e := range recoveredPanics(p.LogText()) {
+			sum.Violations = append(sum.Violations, p.Name()+": recovered panic: "+e)
 		}
 	}
 	return nil

@@ -19,8 +19,13 @@ func (h *harness) injectFaults(ctx context.Context) {
 	// The database's restarts, on a schedule of their own.
 	h.db = &dbChaos{cluster: st.cluster, cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x64627273)),
 		dbURL: st.dbURL, bases: st.bases, reapers: st.reaperNames}
+	if st.pooler != nil {
+		// Behind the pooler a reaper's connections are the pooler's: the
+		// reaper probe shows the reapers recovered (Config.Pooler).
+		h.db.reapers = nil
+	}
 	h.dbDone = make(chan error, 1)
-	if st.cluster != nil {
+	if st.cluster != nil || cfg.Formation != nil {
 		go func() { h.dbDone <- h.db.run(ctx, &h.finished, h.clientsDone, cfg.Progress) }()
 	} else {
 		h.dbDone <- nil
@@ -65,24 +70,21 @@ func (h *harness) control() {
 		}
 		w := workers[rnd.IntN(len(workers))]
 		if rnd.IntN(10) < 6 {
-			w.signal(syscall.SIGKILL)
+			w.Signal(syscall.SIGKILL)
 			sum.Kills++
 			continue
 		}
-		w.mu.Lock()
-		paused := w.paused
-		w.mu.Unlock()
-		if paused {
+		if w.Paused() {
 			continue
 		}
-		w.signal(syscall.SIGSTOP)
+		w.Signal(syscall.SIGSTOP)
 		sum.Pauses++
 		// Frozen past its lease, so another worker or a reaper takes
 		// its keys over and the thawed worker meets the fence.
 		thaw := cfg.Lease + 500*time.Millisecond
 		pauses.Go(func() {
 			time.Sleep(thaw)
-			w.signal(syscall.SIGCONT)
+			w.Signal(syscall.SIGCONT)
 		})
 	}
 }

@@ -98,6 +98,7 @@ type opDriver struct {
 	attempts   atomic.Int64
 	lives      chan struct{} // a slot per life running beside the authorizations
 	running    sync.WaitGroup
+	onAnswer   func(status int) // if set, called with every answer's status
 }
 
 type lockedRand struct {
@@ -211,6 +212,9 @@ func (d *opDriver) run(ctx context.Context, lf *life, op *lifeOp) *lifeOp {
 	for n := 0; ; n++ {
 		d.attempts.Add(1)
 		status, code, body, retryAfter, err := d.send(ctx, op)
+		if d.onAnswer != nil {
+			d.onAnswer(status)
+		}
 		retry := err != nil || status == http.StatusConflict || status == http.StatusTooManyRequests || status >= 500
 		if code == client.CodePaymentUnresolved {
 			retry = false // only an operator changes it

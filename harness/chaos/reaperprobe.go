@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/client"
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // probeReapers shows that the reapers still drive requests after the last
@@ -29,25 +30,25 @@ import (
 // not be set up.
 func probeReapers(ctx context.Context, cfg *Config, apiBin string, env map[string]string, dbURL, apiKey string,
 	pool *pgxpool.Pool, workers http.RoundTripper) (time.Duration, []string, error) {
-	addr, err := freeAddr()
+	addr, err := procs.FreeAddr()
 	if err != nil {
 		return 0, nil, err
 	}
 	penv := map[string]string{
 		"API_ADDR":             addr,
-		"DATABASE_URL":         withApplicationName(dbURL, "api-probe"),
+		"DATABASE_URL":         procs.WithApplicationName(dbURL, "api-probe"),
 		"PHASEPAY_CHAOS_CRASH": "after_claim=1",
 	}
 	for k, v := range env {
 		penv[k] = v
 	}
-	probe := newProcess("api-probe", apiBin, penv, "serve")
-	if err := probe.start(); err != nil {
+	probe := procs.New("api-probe", apiBin, penv, "serve")
+	if err := probe.Start(); err != nil {
 		return 0, nil, err
 	}
-	defer probe.stop(5 * time.Second)
-	if err := waitUp(ctx, "http://"+addr+"/healthz"); err != nil {
-		return 0, nil, fmt.Errorf("reaper probe: %w\n%s", err, probe.logText())
+	defer probe.Stop(5 * time.Second)
+	if err := procs.WaitUp(ctx, "http://"+addr+"/healthz"); err != nil {
+		return 0, nil, fmt.Errorf("reaper probe: %w\n%s", err, probe.LogText())
 	}
 
 	key := fmt.Sprintf("chaos-%d-reaper-probe", cfg.Seed)
@@ -77,12 +78,12 @@ func probeReapers(ctx context.Context, cfg *Config, apiBin string, env map[strin
 		return 0, []string{fmt.Sprintf("reaper probe: inconclusive, the probe api answered %d %q instead of crashing after the claim", resp.StatusCode, b)}, nil
 	}
 	select {
-	case <-probe.doneChan():
+	case <-probe.Done():
 	case <-time.After(10 * time.Second):
 		return 0, []string{"reaper probe: inconclusive, the probe api did not crash after the claim"}, nil
 	}
-	if !strings.Contains(probe.logText(), `"point":"after_claim"`) {
-		return 0, []string{"reaper probe: inconclusive, the probe api exited without crashing at after_claim: " + lastLines(probe.logText(), 3)}, nil
+	if !strings.Contains(probe.LogText(), `"point":"after_claim"`) {
+		return 0, []string{"reaper probe: inconclusive, the probe api exited without crashing at after_claim: " + procs.LastLines(probe.LogText(), 3)}, nil
 	}
 
 	// The abandoned key is the reapers' alone now.

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // Routing between PSPs under chaos (Config.PSPs > 1). The run's mock PSP
@@ -68,7 +70,7 @@ type pspSet struct {
 	cfg   *Config
 	names []string
 	urls  []string
-	procs []*process // every mock but the primary, which Run owns
+	mocks []*procs.Process // every mock but the primary, which Run owns
 	admin *http.Server
 	view  string // the admin view's base URL
 
@@ -87,25 +89,25 @@ func startPSPs(ctx context.Context, cfg *Config, mockpsp, primaryURL string) (*p
 	s := &pspSet{cfg: cfg, names: pspNames(cfg.PSPs), urls: []string{primaryURL},
 		stats: RoutingStats{PSPs: cfg.PSPs, Stretches: map[string]int{}, ChargesAt: map[string]int{}}}
 	for _, name := range s.names[1:] {
-		addr, err := freeAddr()
+		addr, err := procs.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
-		p := newProcess("mockpsp-"+name, mockpsp, map[string]string{
+		p := procs.New("mockpsp-"+name, mockpsp, map[string]string{
 			"MOCKPSP_ADDR": addr, "MOCKPSP_NAME": name,
 			"MOCKPSP_ERROR_RATE": fmt.Sprint(cfg.ErrorRate), "MOCKPSP_DROP_RATE": fmt.Sprint(cfg.DropRate),
 			"MOCKPSP_LATENCY": fmt.Sprint(cfg.LatencyMS), "MOCKPSP_REJECT_RATE": fmt.Sprint(cfg.RejectRate),
 			"MOCKPSP_LOOKUP_ERROR_RATE": fmt.Sprint(cfg.LookupErrorRate), "MOCKPSP_KEY_TTL": cfg.KeyTTL.String(),
 		})
-		if err := p.start(); err != nil {
+		if err := p.Start(); err != nil {
 			s.stop()
 			return nil, err
 		}
-		s.procs = append(s.procs, p)
+		s.mocks = append(s.mocks, p)
 		u := "http://" + addr
-		if err := waitUp(ctx, u+"/_admin/authorizations"); err != nil {
+		if err := procs.WaitUp(ctx, u+"/_admin/authorizations"); err != nil {
 			s.stop()
-			return nil, fmt.Errorf("mock psp %s: %w\n%s", name, err, p.logText())
+			return nil, fmt.Errorf("mock psp %s: %w\n%s", name, err, p.LogText())
 		}
 		s.urls = append(s.urls, u)
 	}
@@ -153,8 +155,8 @@ func (s *pspSet) stop() {
 	if s.admin != nil {
 		_ = s.admin.Close()
 	}
-	for _, p := range s.procs {
-		p.stop(5 * time.Second)
+	for _, p := range s.mocks {
+		p.Stop(5 * time.Second)
 	}
 }
 
@@ -285,7 +287,7 @@ func (s *pspSet) startStretches(ctx context.Context, clientsDone <-chan struct{}
 }
 
 // verify checks routing's invariants and fills sum.Routing.
-func (s *pspSet) verify(ctx context.Context, pool *pgxpool.Pool, procs []*process, sum *Summary, violate func(string, ...any)) error {
+func (s *pspSet) verify(ctx context.Context, pool *pgxpool.Pool, ps []*procs.Process, sum *Summary, violate func(string, ...any)) error {
 	if s == nil {
 		return nil
 	}
@@ -296,8 +298,8 @@ func (s *pspSet) verify(ctx context.Context, pool *pgxpool.Pool, procs []*proces
 	st := s.stats
 	s.mu.Unlock()
 	sum.Routing = &st
-	for _, p := range procs {
-		st.BreakerOpenings += strings.Count(p.logText(), `"msg":"psp breaker opened`)
+	for _, p := range ps {
+		st.BreakerOpenings += strings.Count(p.LogText(), `"msg":"psp breaker opened`)
 	}
 
 	type chargeRow struct{ status, psp, ref string }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/client"
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // intent is one user intent and the first final answer it got.
@@ -51,8 +51,12 @@ type harness struct {
 	attempts  atomic.Int64
 	answersMu sync.Mutex
 	answers   map[string]int // failed attempts by status and problem code
-	transport *rotatingTransport
-	cl        *client.Client
+	// answers5xx: when attempts (intents' and lives') were answered 5xx;
+	// probe: writes through the multi-host URL (both failover.go).
+	answers5xx answerLog
+	probe      writeProbe
+	transport  *procs.RotatingTransport
+	cl         *client.Client
 
 	sink    *webhookSink
 	backlog *backlogSampler
@@ -93,9 +97,16 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	// The watchers and the clients, torn down before the stack.
 	h.startSampling(ctx)
 	defer h.stopSampling()
+	if cfg.Formation != nil {
+		probeCtx, stopProbe := context.WithCancel(ctx)
+		defer stopProbe()
+		if err := h.probe.run(probeCtx, h.st.dbURL); err != nil {
+			return nil, err
+		}
+	}
 	h.planIntents()
-	h.transport = &rotatingTransport{bases: h.st.bases, next: &atomic.Uint64{}, rt: &http.Transport{MaxIdleConnsPerHost: 64}}
-	defer h.transport.rt.CloseIdleConnections()
+	h.transport = procs.NewRotatingTransport(h.st.bases, &http.Transport{MaxIdleConnsPerHost: 64})
+	defer h.transport.CloseIdleConnections()
 	if err := h.newClient(); err != nil {
 		return nil, err
 	}
@@ -125,6 +136,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	h.collect()
 	if err := h.verify(ctx); err != nil {
 		return nil, err
+	}
+	if sum := h.sum.Failover; sum != nil {
+		if sum.Losses, err = h.losses(ctx, h.st.pool, h.st.pspURL); err != nil {
+			return nil, err
+		}
 	}
 	h.sum.Duration = time.Since(h.start).Truncate(time.Millisecond).String()
 	return h.sum, nil
@@ -186,6 +202,7 @@ func (h *harness) newClient() error {
 		Rand:           rand.NewPCG(h.cfg.Seed, 1),
 		OnAttempt: func(_ client.Intent, _ int, status int, err error) {
 			h.attempts.Add(1)
+			h.answers5xx.add(status)
 			if status >= 500 || status == 0 {
 				h.answersMu.Lock()
 				h.answers[answerClass(status, err)]++
@@ -215,6 +232,7 @@ func (h *harness) subscribe(ctx context.Context) error {
 	h.backlog = &backlogSampler{tenantID: h.sink.tenantID}
 	go h.backlog.run(h.sampleCtx, h.st.pool)
 	h.ops = newOpDriver(h.transport, h.st.apiKey, h.cfg)
+	h.ops.onAnswer = h.answers5xx.add
 	return nil
 }
 
@@ -261,26 +279,6 @@ func drive(ctx context.Context, cl *client.Client, it *intent) {
 	default:
 		it.err = err
 	}
-}
-
-// rotatingTransport sends each attempt to the next worker, so that a retry
-// after a dead or frozen worker lands elsewhere and takes the key over.
-type rotatingTransport struct {
-	bases []string
-	next  *atomic.Uint64
-	rt    *http.Transport
-}
-
-func (t *rotatingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	base := t.bases[t.next.Add(1)%uint64(len(t.bases))]
-	u, err := url.Parse(base)
-	if err != nil {
-		return nil, err
-	}
-	r = r.Clone(r.Context())
-	r.URL.Host = u.Host
-	r.Host = u.Host
-	return t.rt.RoundTrip(r)
 }
 
 // answerClass names a failed attempt's answer for the summary: the status

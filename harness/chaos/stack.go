@@ -3,7 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net/http"
+	"maps"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/phasepay/phasepay/harness/pgbouncer"
 	"github.com/phasepay/phasepay/harness/pgcluster"
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // stack is what a run drives and breaks: a fresh database (on a cluster of
@@ -23,18 +25,19 @@ type stack struct {
 
 	dbURL   string
 	cluster *pgcluster.Cluster // nil without database restarts
+	pooler  *pgbouncer.Bouncer // nil unless Config.Pooler
 	apiKey  string
 
-	mock   *process // the primary mock PSP
-	psps   *pspSet  // the PSPs after the primary (routing.go); nil with one
-	pspURL string   // where the run's checks read the PSP: the primary, or the view over all
+	mock   *procs.Process // the primary mock PSP
+	psps   *pspSet        // the PSPs after the primary (routing.go); nil with one
+	pspURL string         // where the run's checks read the PSP: the primary, or the view over all
 
 	// common is every api's and reaper's environment but its own address
 	// and database name.
 	common      map[string]string
-	workers     []*process
+	workers     []*procs.Process
 	bases       []string // the workers' base URLs, by worker index
-	reapers     []*process
+	reapers     []*procs.Process
 	reaperNames []string
 
 	pool *pgxpool.Pool // the harness's own, for sampling and the checks
@@ -75,7 +78,7 @@ func (s *stack) start(ctx context.Context) error {
 	if err := s.startReapers(); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, withApplicationName(s.dbURL, "chaos-harness"))
+	pool, err := pgxpool.New(ctx, procs.WithApplicationName(s.dbURL, "chaos-harness"))
 	if err != nil {
 		return err
 	}
@@ -88,6 +91,12 @@ func (s *stack) start(ctx context.Context) error {
 // the database restarts, else on AdminURL.
 func (s *stack) openDatabase(ctx context.Context) error {
 	cfg := s.cfg
+	if cfg.Formation != nil {
+		// The formation's database, fresh, on whichever node is the
+		// primary: the formation goes with whoever made it.
+		s.dbURL = cfg.Formation.URL()
+		return nil
+	}
 	if cfg.DBRestarts > 0 {
 		// Closed last (the first cleanup): every process is stopped before
 		// its database goes, also when Run fails or ctx is cancelled.
@@ -99,7 +108,7 @@ func (s *stack) openDatabase(ctx context.Context) error {
 		if s.dbURL, err = s.cluster.CreateDatabase(ctx, "phasepay_chaos"); err != nil {
 			return err
 		}
-		return nil
+		return s.startPooler(ctx)
 	}
 	dbURL, dropDB, err := createDatabase(ctx, *cfg)
 	if err != nil {
@@ -109,16 +118,54 @@ func (s *stack) openDatabase(ctx context.Context) error {
 	if !cfg.KeepDatabase {
 		s.onClose(dropDB)
 	}
+	return s.startPooler(ctx)
+}
+
+// poolerSize is the pooler's server connections: far fewer than the
+// processes' pools (32 each), as in a deployment behind a pooler, and
+// few enough for the shared test server's 100 connections.
+const poolerSize = 10
+
+// startPooler puts the pooler in front of the run's database, if asked
+// to; closed before the database goes (cleanups run in reverse).
+func (s *stack) startPooler(ctx context.Context) error {
+	if !s.cfg.Pooler {
+		return nil
+	}
+	var err error
+	if s.pooler, err = pgbouncer.Start(ctx, pgbouncer.Config{Server: s.dbURL, PoolSize: poolerSize}); err != nil {
+		return err
+	}
+	s.onClose(func() { _ = s.pooler.Close() })
 	return nil
 }
 
+// dbEnv is the database environment of process name (the i-th of its
+// kind): its own application_name; behind the pooler, the pooler's URL,
+// and a direct URL for LISTEN for every other process.
+func (s *stack) dbEnv(name string, i int) map[string]string {
+	if s.pooler == nil {
+		return map[string]string{"DATABASE_URL": procs.WithApplicationName(s.dbURL, name)}
+	}
+	env := map[string]string{
+		"DATABASE_URL":    procs.WithApplicationName(s.pooler.URL(s.dbURL), name),
+		"DATABASE_POOLER": "transaction",
+	}
+	if i%2 == 0 {
+		env["DATABASE_DIRECT_URL"] = procs.WithApplicationName(s.dbURL, name)
+	}
+	return env
+}
+
 // migrate migrates the run's database and creates the API key the run's
-// clients use.
+// clients use (through the pooler, if there is one: migrate itself goes to
+// the database directly, and makes the settings its defaults).
 func (s *stack) migrate(ctx context.Context) error {
-	if _, err := runOnce(ctx, s.bin("api"), map[string]string{"DATABASE_URL": s.dbURL}, "migrate"); err != nil {
+	env := s.dbEnv("migrate", 0)
+	if _, err := procs.RunOnce(ctx, s.bin("api"), env, "migrate"); err != nil {
 		return err
 	}
-	apiKey, err := runOnce(ctx, s.bin("api"), map[string]string{"DATABASE_URL": s.dbURL}, "keys", "create", "--tenant", "chaos")
+	apiKey, err := procs.RunOnce(ctx, s.bin("api"), s.dbEnv("keys", 1), "keys", "create", "--tenant", "chaos")
 	if err != nil {
 		return err
 	}
@@ -129,11 +176,11 @@ func (s *stack) migrate(ctx context.Context) error {
 // startPSPs starts the mock PSP, with faults, and any further PSPs.
 func (s *stack) startPSPs(ctx context.Context) error {
 	cfg := s.cfg
-	pspAddr, err := freeAddr()
+	pspAddr, err := procs.FreeAddr()
 	if err != nil {
 		return err
 	}
-	s.mock = newProcess("mockpsp", s.bin("mockpsp"), map[string]string{
+	s.mock = procs.New("mockpsp", s.bin("mockpsp"), map[string]string{
 		"MOCKPSP_ADDR":       pspAddr,
 		"MOCKPSP_ERROR_RATE": fmt.Sprint(cfg.ErrorRate),
 		"MOCKPSP_DROP_RATE":  fmt.Sprint(cfg.DropRate),
@@ -145,13 +192,13 @@ func (s *stack) startPSPs(ctx context.Context) error {
 		"MOCKPSP_LOOKUP_ERROR_RATE": fmt.Sprint(cfg.LookupErrorRate),
 		"MOCKPSP_KEY_TTL":           cfg.KeyTTL.String(),
 	})
-	if err := s.mock.start(); err != nil {
+	if err := s.mock.Start(); err != nil {
 		return err
 	}
-	s.onClose(func() { s.mock.stop(5 * time.Second) })
+	s.onClose(func() { s.mock.Stop(5 * time.Second) })
 	pspURL := "http://" + pspAddr
-	if err := waitUp(ctx, pspURL+"/_admin/authorizations"); err != nil {
-		return fmt.Errorf("mock psp: %w\n%s", err, s.mock.logText())
+	if err := procs.WaitUp(ctx, pspURL+"/_admin/authorizations"); err != nil {
+		return fmt.Errorf("mock psp: %w\n%s", err, s.mock.LogText())
 	}
 	// Several PSPs (routing.go): the mock above is the primary, and the
 	// checks read all of them through one admin view.
@@ -178,10 +225,10 @@ func (s *stack) startWorkers(ctx context.Context) error {
 	crash := fmt.Sprintf("after_claim=%[1]v,after_charge_created=%[1]v,after_psp_call=%[1]v,after_psp_authorized=%[1]v,"+
 		"after_capture_started=%[1]v,after_psp_captured=%[1]v,after_void_started=%[1]v,after_psp_voided=%[1]v,"+
 		"after_refund_created=%[1]v,after_psp_refunded=%[1]v", cfg.CrashProbability)
-	s.workers = make([]*process, cfg.Workers)
+	s.workers = make([]*procs.Process, cfg.Workers)
 	s.bases = make([]string, cfg.Workers)
 	for i := range s.workers {
-		addr, err := freeAddr()
+		addr, err := procs.FreeAddr()
 		if err != nil {
 			return err
 		}
@@ -190,25 +237,23 @@ func (s *stack) startWorkers(ctx context.Context) error {
 			"PHASEPAY_CHAOS_CRASH": crash,
 			"PHASEPAY_CHAOS_SEED":  fmt.Sprint(cfg.Seed*100 + uint64(i)),
 			"ONE_COMMIT_PER_PHASE": fmt.Sprint(i == 0),
-			"DATABASE_URL":         withApplicationName(s.dbURL, fmt.Sprintf("api-%d", i)),
 		}
-		for k, v := range s.common {
-			env[k] = v
-		}
-		s.workers[i] = newProcess(fmt.Sprintf("api-%d", i), s.bin("api"), env, "serve")
-		if err := s.workers[i].start(); err != nil {
+		maps.Copy(env, s.dbEnv(fmt.Sprintf("api-%d", i), i))
+		maps.Copy(env, s.common)
+		s.workers[i] = procs.New(fmt.Sprintf("api-%d", i), s.bin("api"), env, "serve")
+		if err := s.workers[i].Start(); err != nil {
 			return err
 		}
 		s.bases[i] = "http://" + addr
-		go s.workers[i].supervise(150 * time.Millisecond)
+		go s.workers[i].Supervise(150 * time.Millisecond)
 	}
 	s.onClose(func() {
 		for _, w := range s.workers {
-			w.stop(10 * time.Second)
+			w.Stop(10 * time.Second)
 		}
 	})
 	for _, b := range s.bases {
-		if err := waitUp(ctx, b+"/healthz"); err != nil {
+		if err := procs.WaitUp(ctx, b+"/healthz"); err != nil {
 			return fmt.Errorf("worker %s: %w", b, err)
 		}
 	}
@@ -220,47 +265,30 @@ const reaperInterval = 200 * time.Millisecond
 
 // startReapers starts the reapers, each restarted whenever it dies.
 func (s *stack) startReapers() error {
-	s.reapers = make([]*process, s.cfg.Reapers)
+	s.reapers = make([]*procs.Process, s.cfg.Reapers)
 	s.reaperNames = make([]string, s.cfg.Reapers)
 	for i := range s.reapers {
 		s.reaperNames[i] = fmt.Sprintf("reaper-%d", i)
-		env := map[string]string{"REAPER_INTERVAL": reaperInterval.String(), "DATABASE_URL": withApplicationName(s.dbURL, s.reaperNames[i])}
-		for k, v := range s.common {
-			env[k] = v
-		}
-		s.reapers[i] = newProcess(s.reaperNames[i], s.bin("reaper"), env)
-		if err := s.reapers[i].start(); err != nil {
+		env := map[string]string{"REAPER_INTERVAL": reaperInterval.String()}
+		maps.Copy(env, s.dbEnv(s.reaperNames[i], i))
+		maps.Copy(env, s.common)
+		s.reapers[i] = procs.New(s.reaperNames[i], s.bin("reaper"), env)
+		if err := s.reapers[i].Start(); err != nil {
 			return err
 		}
-		go s.reapers[i].supervise(200 * time.Millisecond)
+		go s.reapers[i].Supervise(200 * time.Millisecond)
 	}
 	s.onClose(func() {
 		for _, r := range s.reapers {
-			r.stop(10 * time.Second)
+			r.Stop(10 * time.Second)
 		}
 	})
 	return nil
 }
 
 // processes is every api worker and reaper, for the checks over all of them.
-func (s *stack) processes() []*process {
+func (s *stack) processes() []*procs.Process {
 	return append(slices.Clone(s.workers), s.reapers...)
-}
-
-func waitUp(ctx context.Context, u string) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func createDatabase(ctx context.Context, cfg Config) (string, func(), error) {

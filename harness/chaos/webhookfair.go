@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/phasepay/phasepay/harness/procs"
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
@@ -76,7 +77,7 @@ type hangingTenant struct {
 // startHangingTenant creates the hanging tenant and its endpoints, and
 // writes its events until ctx ends.
 func startHangingTenant(ctx context.Context, st *stack, sink *webhookSink, rt http.RoundTripper) (*hangingTenant, error) {
-	key, err := runOnce(ctx, st.bin("api"), map[string]string{"DATABASE_URL": st.dbURL}, "keys", "create", "--tenant", hangingTenantName)
+	key, err := procs.RunOnce(ctx, st.bin("api"), map[string]string{"DATABASE_URL": st.dbURL}, "keys", "create", "--tenant", hangingTenantName)
 	if err != nil {
 		return nil, err
 	}

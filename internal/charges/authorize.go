@@ -56,10 +56,10 @@ const (
 	CrashAfterPSPAuthorized = phases.CrashPoint("after_" + PointPSPAuthorized)
 )
 
-func authorizeOperation(a Authorizer, routes Routes) *phases.Operation[*Charge] {
+func authorizeOperation(a Authorizer, routes Routes, ids *objectIDs) *phases.Operation[*Charge] {
 	return &phases.Operation[*Charge]{
 		Name: "charges.create", ResumeSpan: "charges.resume", Path: Path,
-		ObjectID: func(idempotency.Canonical) string { return newChargeID() },
+		ObjectID: ids.charge,
 		Load: func(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (*Charge, error) {
 			c, err := chargeByKey(ctx, q, lease.Record.ID())
 			if err != nil {

@@ -66,7 +66,7 @@ func captureOperation(o Operator) *phases.Operation[*Charge] {
 	return &phases.Operation[*Charge]{
 		Name: "charges.capture", ResumeSpan: "charges.capture.resume", Path: CapturePath,
 		Admit:    admitSettlement,
-		ObjectID: func(req idempotency.Canonical) string { return chargeOfPath(req.Path) },
+		ObjectID: func(_ int64, _ string, req idempotency.Canonical, _ int) string { return chargeOfPath(req.Path) },
 		Load:     loadCharge,
 		// tx 1: the claim and the settlement claimed under the charge's lock.
 		WithClaim: []phases.Arrow[*Charge]{

@@ -105,10 +105,6 @@ func (c Charge) MarshalJSON() ([]byte, error) {
 	})
 }
 
-// newChargeID returns "ch_" and 24 random base-32 characters (120 bits):
-// unique across tenants, which the PSP key derived from it relies on.
-func newChargeID() string { return newID("ch_") }
-
 // newID returns prefix and 24 random base-32 characters (120 bits): unique
 // across tenants, which the PSP keys derived from ids rely on.
 func newID(prefix string) string {

@@ -72,14 +72,14 @@ func ParseRefundRequest(body []byte) (idempotency.Canonical, RefundParams, error
 	return req, p, err
 }
 
-func refundOperation(o Operator) *phases.Operation[*Refund] {
+func refundOperation(o Operator, ids *objectIDs) *phases.Operation[*Refund] {
 	return &phases.Operation[*Refund]{
 		Name: "refunds.create", ResumeSpan: "refunds.resume", Path: RefundPath,
 		Admit: func(ctx context.Context, tx *phases.Tx, tenantID int64, req idempotency.Canonical) error {
 			_, err := chargeByID(ctx, tx, tenantID, refundParams(req).Charge)
 			return err
 		},
-		ObjectID: func(idempotency.Canonical) string { return newID("re_") },
+		ObjectID: ids.refund,
 		Load: func(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (*Refund, error) {
 			return refundByKey(ctx, q, lease.Record.ID())
 		},

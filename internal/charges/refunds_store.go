@@ -97,7 +97,7 @@ SELECT r.tenant_id, r.id, r.charge_id, r.amount, r.status, r.psp_reference, r.cr
 func insertRefund(ctx context.Context, tx *phases.Tx, key idempotency.ID, id string, c *Charge, amount int64) (*Refund, error) {
 	r, err := scanRefund(tx.QueryRow(ctx, insertRefundSQL, key.TenantID, id, key.Key, key.CreatedAt, c.ID, amount))
 	if err != nil {
-		return nil, fmt.Errorf("insert refund of %s: %w", c.ID, err)
+		return nil, fmt.Errorf("insert refund of %s: %w", c.ID, idTaken(err, "refunds_pkey"))
 	}
 	return r, nil
 }

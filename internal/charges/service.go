@@ -34,6 +34,7 @@ type Service struct {
 	psp    Authorizer
 	routes Routes
 	engine *phases.Engine
+	ids    objectIDs
 
 	authorize, capture, void *phases.Operation[*Charge]
 	refund                   *phases.Operation[*Refund]
@@ -55,13 +56,13 @@ func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authoriz
 		routes = singleRoute{authorizer}
 	}
 	s.routes = routes
-	s.authorize = authorizeOperation(authorizer, routes)
+	s.authorize = authorizeOperation(authorizer, routes, &s.ids)
 	phases.Register(engine, s.authorize)
 	// Capture, void and refund need a PSP that can do them; every real one
 	// (*psp.Client) can. A test's authorizer that cannot leaves them
 	// unregistered: they answer phases.ErrNoOperation.
 	if o, ok := authorizer.(Operator); ok {
-		s.capture, s.void, s.refund = captureOperation(o), voidOperation(o), refundOperation(o)
+		s.capture, s.void, s.refund = captureOperation(o), voidOperation(o), refundOperation(o, &s.ids)
 		phases.Register(engine, s.capture)
 		phases.Register(engine, s.void)
 		phases.Register(engine, s.refund)
@@ -91,6 +92,9 @@ func Parsed(req idempotency.Canonical) Body { return Body{parsed: &req} }
 // phases.ErrPSPUnavailable, a *phases.ParseError (a body that does not
 // parse), or an internal error.
 func (s *Service) Create(ctx context.Context, tenantID int64, key string, body Body) (phases.Result, error) {
+	if err := s.ids.load(ctx, s.pool); err != nil {
+		return phases.Result{}, err
+	}
 	return run(ctx, s.engine, s.authorize, tenantID, key, Path, body, func(b []byte) (idempotency.Canonical, error) {
 		req, _, err := ParseCreateRequest(b)
 		return req, err
@@ -114,6 +118,9 @@ func (s *Service) Void(ctx context.Context, tenantID int64, key, chargeID string
 // Refund runs one POST /v1/refunds. Besides Create's errors: ErrNotFound
 // (the charge).
 func (s *Service) Refund(ctx context.Context, tenantID int64, key string, body Body) (phases.Result, error) {
+	if err := s.ids.load(ctx, s.pool); err != nil {
+		return phases.Result{}, err
+	}
 	return run(ctx, s.engine, s.refund, tenantID, key, RefundPath, body, func(b []byte) (idempotency.Canonical, error) {
 		req, _, err := ParseRefundRequest(b)
 		return req, err
@@ -146,6 +153,9 @@ func (s *Service) GetRefund(ctx context.Context, tenantID int64, id string) (*Re
 // the reaper) from its recovery point to done, through whichever of the
 // service's operations its claim named.
 func (s *Service) Resume(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error) {
+	if err := s.ids.load(ctx, s.pool); err != nil {
+		return idempotency.Response{}, err
+	}
 	return s.engine.Resume(ctx, lease)
 }
 

@@ -60,6 +60,10 @@ SELECT ` + chargeColumns + ` FROM charge`
 // (attemptKey). The charge returned holds its ids and first attempt at
 // once; the rest of its row is filled in when the exchange is read, at the
 // latest by the commit: nothing must read it before.
+// chargeIDConstraints are where a derived charge id held by an earlier
+// incarnation of the key meets its charge (ids.go).
+var chargeIDConstraints = []string{"charges_pkey", "charge_attempts_pkey"}
+
 func insertCharge(tx *phases.Tx, key idempotency.ID, id, pspName, attemptKey string, p CreateParams) *Charge {
 	md := p.Metadata
 	if md == nil {
@@ -75,7 +79,7 @@ func insertCharge(tx *phases.Tx, key idempotency.ID, id, pspName, attemptKey str
 	tx.QueueRow(insertChargeSQL, args, func(row pgx.Row) error {
 		got, err := scanCharge(row)
 		if err != nil {
-			return fmt.Errorf("insert charge: %w", err)
+			return fmt.Errorf("insert charge: %w", idTaken(err, chargeIDConstraints...))
 		}
 		got.attempts = first
 		*c = *got

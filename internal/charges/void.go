@@ -55,7 +55,7 @@ func voidOperation(o Operator) *phases.Operation[*Charge] {
 	return &phases.Operation[*Charge]{
 		Name: "charges.void", ResumeSpan: "charges.void.resume", Path: VoidPath,
 		Admit:    admitSettlement,
-		ObjectID: func(req idempotency.Canonical) string { return chargeOfPath(req.Path) },
+		ObjectID: func(_ int64, _ string, req idempotency.Canonical, _ int) string { return chargeOfPath(req.Path) },
 		Load:     loadCharge,
 		// tx 1: the claim and the settlement claimed under the charge's lock.
 		WithClaim: []phases.Arrow[*Charge]{

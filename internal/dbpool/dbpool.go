@@ -6,12 +6,11 @@ package dbpool
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/internal/telemetry"
@@ -63,42 +62,47 @@ const (
 )
 
 // ConfigurePool applies phasepay's connection limits and plan cache mode
-// to cfg (see the constants above), keeping whatever connString set
-// explicitly. OpenPool calls it; tests and benchmarks that build their own
-// pools may too.
+// to cfg, for a connection string without a pooler (Configure), keeping
+// whatever connString set explicitly. Tests and benchmarks that build
+// their own pools call it.
 func ConfigurePool(cfg *pgxpool.Config, connString string) {
-	params := cfg.ConnConfig.RuntimeParams
-	for name, d := range map[string]time.Duration{
-		"statement_timeout":                   StatementTimeoutDefault,
-		"lock_timeout":                        LockTimeoutDefault,
-		"idle_in_transaction_session_timeout": IdleInTransactionTimeoutDefault,
-	} {
-		if _, set := params[name]; !set {
-			params[name] = strconv.FormatInt(d.Milliseconds(), 10)
+	Configure(cfg.ConnConfig, connString, PoolerNone)
+	cfg.AfterConnect = registerExecTypes
+}
+
+// readOnlySQLTransaction is SQLSTATE 25006: a write in a read-only
+// transaction.
+const readOnlySQLTransaction = "25006"
+
+// leaveReadOnlyNodes closes a connection as soon as the server answers it
+// 25006 (read_only_sql_transaction): the node it was opened to while it
+// was the primary is a standby now, or a primary being drained read-only.
+// pgx closes a connection only on a FATAL error, and the pool would go on
+// handing out every connection it holds to that node, each write failing
+// the same way until the connection's lifetime ran out (an hour). Closed,
+// it is replaced by a new connection, which target_session_attrs=read-write
+// in a multi-host DATABASE_URL sends to whichever node is the primary now
+// (docs/operations.md, "PostgreSQL failover"). dbstate counts the error as
+// the database being unavailable: the request answers 503 and its retry
+// finds the new primary.
+func leaveReadOnlyNodes(cfg *pgx.ConnConfig) {
+	prev := cfg.OnPgError
+	cfg.OnPgError = func(c *pgconn.PgConn, e *pgconn.PgError) bool {
+		if e.Code == readOnlySQLTransaction {
+			return false
 		}
-	}
-	if _, set := params["plan_cache_mode"]; !set {
-		params["plan_cache_mode"] = PlanCacheModeDefault
-	}
-	if !strings.Contains(connString, "connect_timeout") {
-		cfg.ConnConfig.ConnectTimeout = ConnectTimeoutDefault
+		return prev == nil || prev(c, e)
 	}
 }
 
-// OpenPool opens a pool on url whose queries are traced, with phasepay's
-// timeouts (ConfigurePool). It does not connect: a process started while
-// the database is down comes up, and its pool connects once it is back.
-func OpenPool(ctx context.Context, url string, tel *telemetry.Telemetry) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+// OpenPool opens a pool on db.URL whose queries are traced, configured for
+// its pooler (Config.PoolConfig). It does not connect: a process started
+// while the database is down comes up, and its pool connects once it is
+// back.
+func OpenPool(ctx context.Context, db Config, tel *telemetry.Telemetry) (*pgxpool.Pool, error) {
+	cfg, err := db.PoolConfig()
 	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	ConfigurePool(cfg, url)
-	// pgxpool's default (4 connections on 2 cores) caps the transactions in
-	// flight, and with them group commit; unless DATABASE_URL says
-	// otherwise (pool_max_conns), allow as many as a busy API has requests.
-	if !strings.Contains(url, "pool_max_conns") {
-		cfg.MaxConns = PoolMaxConnsDefault
+		return nil, err
 	}
 	cfg.ConnConfig.Tracer = exchangeTracer{otelpgx.NewTracer(
 		otelpgx.WithTracerProvider(tel.Tracer),

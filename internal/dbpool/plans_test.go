@@ -28,7 +28,7 @@ func TestEveryConnectionPlansOnce(t *testing.T) {
 	// pgx prepares every statement, more often than auto's five custom
 	// plans, and returns the setting and the plans the server made.
 	plans := func(url string) (mode string, generic, custom int64) {
-		pool, err := dbpool.OpenPool(ctx, url, tel)
+		pool, err := dbpool.OpenPool(ctx, dbpool.Config{URL: url}, tel)
 		require.NoError(t, err)
 		defer pool.Close()
 		conn, err := pool.Acquire(ctx)

@@ -24,7 +24,7 @@ func TestEveryConnectionHasTimeouts(t *testing.T) {
 	url := testdb.NewURL(t)
 
 	show := func(url string) (statement, lock, idle string) {
-		pool, err := dbpool.OpenPool(ctx, url, tel)
+		pool, err := dbpool.OpenPool(ctx, dbpool.Config{URL: url}, tel)
 		require.NoError(t, err)
 		defer pool.Close()
 		require.NoError(t, pool.QueryRow(ctx,

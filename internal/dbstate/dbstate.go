@@ -35,7 +35,14 @@ var ErrUnavailable = errors.New("database unavailable")
 //   - a statement hit statement_timeout or lock_timeout (57014, 55P03):
 //     the database is up but too busy or blocked, and the same request
 //     later will do;
-//   - a database call's own deadline passed.
+//   - a write was refused as read-only (25006): the node is a standby now,
+//     after a failover;
+//   - a database call's own deadline passed;
+//   - a statement met a schema change or a prepared statement the server
+//     no longer has (StaleStatement), or a function's result type changed
+//     under a call in flight (an online ALTER TABLE … ADD COLUMN on the
+//     table whose row type the function returns: 42804 from
+//     build_attrmap_by_position): the same request again will do.
 //
 // A constraint violation, a syntax error, a serialisation failure and every
 // other answer of a working server are not "unavailable".
@@ -61,7 +68,14 @@ func Unavailable(err error) bool {
 			pgErr.Code == "57P03", // cannot_connect_now
 			pgErr.Code == "53300", // too_many_connections
 			pgErr.Code == "57014", // query_canceled: statement_timeout
-			pgErr.Code == "55P03": // lock_not_available: lock_timeout
+			pgErr.Code == "55P03", // lock_not_available: lock_timeout
+			// read_only_sql_transaction: phasepay opens no read-only
+			// transaction, so a write refused as read-only went to a node
+			// that is no longer the primary (a failover); dbpool closes
+			// the connection, and the retry finds the new primary.
+			pgErr.Code == "25006",
+			pgErr.Code == "42804" && pgErr.Routine == "build_attrmap_by_position", // datatype_mismatch of a RETURN QUERY
+			StaleStatement(err):
 			return true
 		}
 		return false
@@ -81,6 +95,26 @@ func Unavailable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// StaleStatement reports whether err says that a prepared statement of the
+// connection is no longer what the client believes it is:
+//
+//   - gone (26000 invalid_sql_statement_name): a DEALLOCATE or DISCARD
+//     ALL (a pooler's reset query, an operator) dropped it, or a pooler
+//     sent it to a server connection that never had it;
+//   - changed (0A000 from RevalidateCachedQuery, "cached plan must not
+//     change result type"): a column type change altered its result.
+//
+// Either way the client must forget the statement and prepare it again;
+// the request that met it may be retried. The routine, not the message,
+// decides the second case: messages are translated under lc_messages.
+func StaleStatement(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return pgErr.Code == "26000" || pgErr.Code == "0A000" && pgErr.Routine == "RevalidateCachedQuery"
 }
 
 // Wrap returns err marked with ErrUnavailable if Unavailable(err), else

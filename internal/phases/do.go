@@ -40,8 +40,16 @@ func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 
 	// The claim, committed before any foreign call so that a duplicate
 	// gets 409 at once and the reaper can see the key; the operation's
-	// WithClaim arrows commit with it.
-	c, err := claim(ctx, e, r, tenantID, key, parsed)
+	// WithClaim arrows commit with it. A derived object id that an
+	// earlier incarnation of the key holds rolls it back, and the claim is
+	// made again with the next incarnation's (ErrObjectIDTaken).
+	var c claimed[S]
+	for n := 0; ; n++ {
+		c, err = claim(ctx, e, r, tenantID, key, parsed, n)
+		if !objectIDTaken(err, n) {
+			break
+		}
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -76,14 +84,15 @@ type claimed[S any] struct {
 // the arrows' last recovery point and object itself, so they need no fence
 // of their own (the claim's commit is their commit). An existing key fails
 // the check (idempotency.ErrKeyExists), which rolls the exchange back, and
-// comes back as the record the claim read after the key's lock.
-func claim[S any](ctx context.Context, e *Engine, op *registered[S], tenantID int64, key string, req idempotency.Canonical) (claimed[S], error) {
+// comes back as the record the claim read after the key's lock. n is the
+// try, whose incarnation the operation's ObjectID derives from (do).
+func claim[S any](ctx context.Context, e *Engine, op *registered[S], tenantID int64, key string, req idempotency.Canonical, n int) (claimed[S], error) {
 	// Seen from now on, its day not known until the claim reads its row.
 	e.hints.add(tenantID, key, time.Time{})
 	params := idempotency.ClaimParams{TenantID: tenantID, Key: key, Request: req, TraceContext: traceContext(ctx), Operation: op.Name}
 	run := &Run[S]{}
 	if op.ObjectID != nil {
-		run.ObjectID = op.ObjectID(req)
+		run.ObjectID = op.ObjectID(tenantID, key, req, incarnation(n))
 	}
 	nameObject(trace.SpanFromContext(ctx), run.ObjectID)
 	var withClaim []Arrow[S]

@@ -145,12 +145,48 @@ type groupEnd struct {
 // as the arrows' reads need. first says the arrows start at the
 // operation's first arrow; canAgain that they follow a foreign call.
 func commitTx[S any](ctx context.Context, e *Engine, op *registered[S], run *Run[S], arrows []Arrow[S], from idempotency.RecoveryPoint, first, canAgain bool) (end groupEnd, err error) {
-	err = inPipeTx(ctx, e.pool, func(tx *Tx) error {
-		if first && run.ObjectID == "" && op.ObjectID != nil {
-			// A claim that committed alone recorded no object: the
-			// first arrow names it.
-			run.ObjectID = op.ObjectID(run.Request())
+	// A claim that committed alone recorded no object: the first arrow
+	// names it, and names the next incarnation's if an earlier
+	// incarnation of the key holds it (ErrObjectIDTaken).
+	derive := first && run.ObjectID == "" && op.ObjectID != nil
+	for n := 0; ; n++ {
+		if derive {
+			id := run.Lease.Record.ID()
+			run.ObjectID = op.ObjectID(id.TenantID, id.Key, run.Request(), incarnation(n))
 		}
+		end, err = commitOnce(ctx, e, op, run, arrows, from, first, canAgain)
+		if !derive || !objectIDTaken(err, n) {
+			return end, err
+		}
+	}
+}
+
+// objectIDAttempts bounds the incarnations of one key and request whose
+// derived object ids are tried (ErrObjectIDTaken): the same key and body
+// claimed again after retention, over and over, makes each new claim try
+// every id before its own, one exchange each. Past the bound, the last try
+// asks for an id that is not derived (incarnation -1, a random one): such a
+// key is no longer protected from a claim lost in a failover
+// (docs/pitfalls.md).
+const objectIDAttempts = 8
+
+// incarnation is what the n-th try passes to Operation.ObjectID.
+func incarnation(n int) int {
+	if n < objectIDAttempts {
+		return n
+	}
+	return -1
+}
+
+// objectIDTaken reports whether the n-th try failed on ErrObjectIDTaken
+// and another is due.
+func objectIDTaken(err error, n int) bool {
+	return errors.Is(err, ErrObjectIDTaken) && n < objectIDAttempts
+}
+
+// commitOnce is one try of commitTx.
+func commitOnce[S any](ctx context.Context, e *Engine, op *registered[S], run *Run[S], arrows []Arrow[S], from idempotency.RecoveryPoint, first, canAgain bool) (end groupEnd, err error) {
+	err = inPipeTx(ctx, e.pool, func(tx *Tx) error {
 		if !run.loaded && !first {
 			obj, err := op.Load(ctx, tx, run.Lease)
 			if err != nil {

@@ -10,6 +10,14 @@ import (
 // retry.
 var ErrPSPUnavailable = errors.New("payment service provider unavailable")
 
+// ErrObjectIDTaken: the object id Operation.ObjectID derived for a new
+// object is held by an object of an earlier incarnation of the key (the
+// same key and request, claimed again after retention forgot the key). The
+// operation's storage returns it (wrapped) from the arrow that inserts the
+// object; the engine rolls the transaction back and derives the next
+// incarnation's id (objectIDAttempts).
+var ErrObjectIDTaken = errors.New("object id taken by an earlier incarnation of the key")
+
 // UnavailableError is ErrPSPUnavailable with what the client is told: the
 // object that exists (if any) and when its next attempt is due. The key was
 // released at its last recovery point and its next attempt scheduled.

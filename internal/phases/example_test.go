@@ -49,7 +49,7 @@ func Example() {
 
 	send := &phases.Operation[*note]{
 		Name: "notes.send", ResumeSpan: "notes.send.resume", Path: "/v1/notes",
-		ObjectID: func(idempotency.Canonical) string { return "note_1" },
+		ObjectID: func(int64, string, idempotency.Canonical, int) string { return "note_1" },
 		Load: func(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (*note, error) {
 			n := &note{ID: lease.Record.ObjectID}
 			err := q.QueryRow(ctx, `SELECT body FROM notes WHERE tenant_id = $1 AND id = $2`,

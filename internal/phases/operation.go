@@ -41,8 +41,13 @@ type Operation[S any] struct {
 	Admit func(ctx context.Context, tx *Tx, tenantID int64, req idempotency.Canonical) error
 	// ObjectID returns the id of the object the request creates or acts on,
 	// recorded on the key with its first arrow: shown to a client told to
-	// wait, and what Load finds the object by.
-	ObjectID func(req idempotency.Canonical) string
+	// wait, and what Load finds the object by. An id derived from what a
+	// retry carries (tenant, key, request) is the same for a retry whose
+	// claim's commit was lost (a failover); incarnation counts the earlier
+	// incarnations of the key whose object holds the id derived before
+	// (ErrObjectIDTaken), from 0; -1 asks for an id that is not derived (a
+	// random one), the last resort after objectIDAttempts.
+	ObjectID func(tenantID int64, key string, req idempotency.Canonical, incarnation int) string
 	// Load reads the object of a run that resumes past start: the state its
 	// last committed arrow left.
 	Load func(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (S, error)

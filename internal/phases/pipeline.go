@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
@@ -166,15 +167,31 @@ func (t *pipeTx) send(ctx context.Context, tail []queued, implicit bool) (_ pgx.
 func readRow(results pgx.BatchResults, scan func(pgx.Row) error) (stmtErr, cbErr error) {
 	rows, err := results.Query()
 	if err != nil {
-		return err, nil
+		return translated(err, scan(errRow{err})), nil
 	}
 	cbErr = scan(&queuedRow{rows: rows})
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err, nil
+		return translated(err, cbErr), nil
 	}
 	return nil, cbErr
 }
+
+// translated is a failed statement's error as its reader's scan reported
+// it, when scan translated it the way a storage edge does (charges: a
+// derived id an earlier incarnation holds is ErrObjectIDTaken), else the
+// statement's own.
+func translated(stmtErr, cbErr error) error {
+	if cbErr != nil && errors.Is(cbErr, stmtErr) {
+		return cbErr
+	}
+	return stmtErr
+}
+
+// errRow is the row of a statement that failed before any row.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // queuedRow is pgx's Row over a queued statement's rows.
 type queuedRow struct{ rows pgx.Rows }
@@ -192,6 +209,12 @@ func (r *queuedRow) Scan(dest ...any) error {
 // prepare makes every statement of b a prepared statement of the
 // connection's own (pgx's Prepare with the SQL as its name), which costs an
 // exchange the first time a connection sees a statement and nothing after.
+// It does so only in pgx's default exec mode (cache_statement); in any
+// other mode the connection was configured with (default_query_exec_mode
+// in DATABASE_URL, or dbpool's choice behind a transaction pooler) it
+// prepares nothing and pgx sends the batch in that mode, as it sends every
+// other query: exec and simple_protocol use no prepared statement at all,
+// cache_describe and describe_exec only the unnamed one.
 //
 // Why not pgx's statement cache: a batch that fails invalidates every
 // statement in it from the cache, and the next use of each then costs an
@@ -206,36 +229,74 @@ func (r *queuedRow) Scan(dest ...any) error {
 // than asked of pgx: its Prepare answers an already prepared statement
 // from its own map too, but traces every call (a span each, with
 // otelpgx), which would add a span per statement per exchange.
+//
+// The server may forget a statement behind the client's back (DEALLOCATE,
+// DISCARD ALL: a pooler's reset query, an operator) or find that its
+// result type changed (a column type change). The exchange that meets it
+// fails with what dbstate.StaleStatement recognises, a retryable error
+// (503), and note marks the connection's statements stale: the next
+// transaction on the connection starts by forgetting every statement,
+// here and in pgx (DEALLOCATE ALL), and prepares them again. Remembering
+// them regardless, as this once did, failed every later transaction on
+// the connection until the pool retired it.
 func (t *pipeTx) prepare(ctx context.Context, b *pgx.Batch) error {
 	conn := t.conn.Conn()
-	done := preparedOn(conn)
+	if conn.Config().DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return nil
+	}
+	st := statementsOn(conn)
+	if st.stale && conn.PgConn().TxStatus() == 'I' {
+		if err := conn.DeallocateAll(ctx); err != nil {
+			return fmt.Errorf("forget stale prepared statements: %w", err)
+		}
+		clear(st.names)
+		st.stale = false
+	}
 	for _, q := range b.QueuedQueries {
-		if _, ok := done[q.SQL]; ok {
+		if _, ok := st.names[q.SQL]; ok {
 			continue
 		}
 		if _, err := conn.Prepare(ctx, q.SQL, q.SQL); err != nil {
 			return fmt.Errorf("prepare: %w", err)
 		}
-		done[q.SQL] = struct{}{}
+		st.names[q.SQL] = struct{}{}
 	}
 	return nil
 }
 
-// prepared maps a connection, weakly, to the statements prepare made on
-// it. The set of a connection is only touched by whoever holds the
-// connection, one goroutine at a time; its entry goes when the connection
-// is garbage collected.
-var prepared sync.Map // weak.Pointer[pgx.Conn] → map[string]struct{}
+// note marks the connection's prepared statements stale if err says the
+// server no longer has one of them as prepared (see prepare), and returns
+// err.
+func (t *pipeTx) note(err error) error {
+	if dbstate.StaleStatement(err) {
+		statementsOn(t.conn.Conn()).stale = true
+	}
+	return err
+}
 
-func preparedOn(conn *pgx.Conn) map[string]struct{} {
+// statements is what prepare knows of one connection's prepared
+// statements: their SQL, and whether the server was found to have lost or
+// changed one since.
+type statements struct {
+	names map[string]struct{}
+	stale bool
+}
+
+// prepared maps a connection, weakly, to its statements. The statements
+// of a connection are only touched by whoever holds the connection, one
+// goroutine at a time; its entry goes when the connection is garbage
+// collected.
+var prepared sync.Map // weak.Pointer[pgx.Conn] → *statements
+
+func statementsOn(conn *pgx.Conn) *statements {
 	key := weak.Make(conn)
 	if v, ok := prepared.Load(key); ok {
-		return v.(map[string]struct{})
+		return v.(*statements)
 	}
-	set := map[string]struct{}{}
-	prepared.Store(key, set)
+	st := &statements{names: map[string]struct{}{}}
+	prepared.Store(key, st)
 	runtime.AddCleanup(conn, func(k weak.Pointer[pgx.Conn]) { prepared.Delete(k) }, key)
-	return set
+	return st
 }
 
 // The transaction control statements of an explicit pipelined transaction.
@@ -248,7 +309,7 @@ const (
 // fail closes results and records err as the transaction's.
 func (t *pipeTx) fail(results pgx.BatchResults, err error) error {
 	_ = results.Close() // the first error is err; the rest were skipped by the server
-	t.err = idempotency.TranslateError(err)
+	t.err = idempotency.TranslateError(t.note(err))
 	return t.err
 }
 
@@ -289,7 +350,7 @@ func (t *pipeTx) exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 		return pgconn.CommandTag{}, t.fail(results, err)
 	}
 	if err := results.Close(); err != nil {
-		t.err = idempotency.TranslateError(err)
+		t.err = idempotency.TranslateError(t.note(err))
 		return pgconn.CommandTag{}, t.err
 	}
 	return tag, nil
@@ -331,7 +392,7 @@ func (t *pipeTx) Commit(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := idempotency.TranslateError(results.Close()); err != nil {
+		if err := idempotency.TranslateError(t.note(results.Close())); err != nil {
 			return err
 		}
 		return committed(cbErr)
@@ -346,7 +407,7 @@ func (t *pipeTx) Commit(ctx context.Context) error {
 	}
 	t.closed = true
 	if err != nil {
-		return idempotency.TranslateError(err)
+		return idempotency.TranslateError(t.note(err))
 	}
 	if tag.String() == "ROLLBACK" {
 		// The server refused to commit a transaction a statement

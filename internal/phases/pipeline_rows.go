@@ -31,7 +31,7 @@ func (r *pipeRows) Close() {
 		err = cerr
 	}
 	if err != nil && r.tx.err == nil {
-		r.tx.err = idempotency.TranslateError(err)
+		r.tx.err = idempotency.TranslateError(r.tx.note(err))
 	}
 }
 

@@ -7,8 +7,10 @@
 //     operation the API runs, through the phase engine (its Resume finds
 //     the operation by the name the key's claim stored), so the client's next retry
 //     is a replay;
-//  2. maintenance (one reaper at a time, under an advisory lock): creates
-//     partitions ahead and drops whole partitions past retention.
+//  2. maintenance, beside the passes (a maintenance.Service: one reaper at
+//     a time, under a transaction-scoped advisory lock, every
+//     MaintenanceInterval): creates partitions ahead and drops whole
+//     partitions past retention (partitions.go).
 //
 // A key whose PSP is still failing is released again on its retry schedule;
 // it is never given up silently: every pass counts the unfinished keys (in
@@ -32,6 +34,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/maintenance"
 )
 
 // Defaults of Config.
@@ -41,10 +44,6 @@ const (
 	BatchSizeDefault   = 20
 	ParallelismDefault = 4
 )
-
-// maintenanceLockID is the session advisory lock (namespace 0x70700004) that
-// lets one reaper at a time maintain partitions.
-const maintenanceLockID = 0x70700004
 
 // Config configures a Reaper.
 type Config struct {
@@ -58,14 +57,18 @@ type Config struct {
 	// Lease is the lease duration keys are taken over with (must match the
 	// API's), used here only to validate Retention.
 	Lease time.Duration
-	// MaintenanceInterval is the least time between two partition
-	// maintenance passes of this reaper (completion runs every Interval).
-	// Default 1m.
+	// MaintenanceInterval is the pause between two partition maintenance
+	// runs of this reaper (completion runs every Interval). Default 1m.
 	MaintenanceInterval time.Duration
-	// MaintenanceTimeout bounds one maintenance pass: a DETACH …
+	// MaintenanceTimeout bounds one maintenance run: a DETACH …
 	// CONCURRENTLY waiting on a long transaction is cut off, left "detach
-	// pending", and finished by a later pass. Default 30s.
+	// pending", and finished by a later run. Default 30s.
 	MaintenanceTimeout time.Duration
+	// Pooled says that pool goes through a transaction pooler
+	// (DATABASE_POOLER=transaction): maintenance then raises no session
+	// setting, and its statements run under the database's own timeouts
+	// (see maintainPartitions).
+	Pooled bool
 	// BatchSize is the most keys one takeover statement claims; it never
 	// claims more than there are idle driving slots (Parallelism), so no
 	// key is held without being driven. Default 20.
@@ -94,7 +97,7 @@ type Reaper struct {
 	log  *slog.Logger
 	m    instruments
 
-	lastMaintenance time.Time // touched by RunOnce only, which is not concurrent
+	maintenance *maintenance.Service[*MaintenanceResult]
 }
 
 // Resumer drives a taken-over key to done through the operation its
@@ -131,15 +134,36 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, ops Resumer, cfg Config) (
 	if err != nil {
 		return nil, err
 	}
-	return &Reaper{cfg: cfg, pool: pool, keys: keys, ops: ops, log: cfg.Logger, m: m}, nil
+	r := &Reaper{cfg: cfg, pool: pool, keys: keys, ops: ops, log: cfg.Logger, m: m}
+	r.maintenance, err = maintenance.New(pool, maintenance.Config{
+		Name:     "key partition maintenance",
+		LockID:   MaintenanceLockID,
+		Interval: cfg.MaintenanceInterval,
+		Timeout:  cfg.MaintenanceTimeout,
+		Logger:   cfg.Logger,
+	}, r.maintainPartitions)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
+
+// Maintenance is the reaper's partition maintenance service, which Run
+// starts beside the passes (exposed for tests: its RunOnce and
+// TestSignals).
+func (r *Reaper) Maintenance() *maintenance.Service[*MaintenanceResult] { return r.maintenance }
 
 // Run makes a pass at once and then every Interval until ctx ends, whatever
 // a pass returns: a pass that failed (the database away) is logged and the
-// next one tries again. A pass
-// under way when ctx ends finishes its current batch (the keys it took over
-// are driven to done or released), then Run returns nil.
+// next one tries again. Partition maintenance runs beside the passes
+// (Maintenance). A pass under way when ctx ends finishes its current batch
+// (the keys it took over are driven to done or released), then Run returns
+// nil.
 func (r *Reaper) Run(ctx context.Context) error {
+	if err := r.maintenance.Start(ctx); err != nil {
+		return err
+	}
+	defer r.maintenance.Stop()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -164,23 +188,16 @@ func (r *Reaper) Run(ctx context.Context) error {
 
 // PassResult says what one pass did.
 type PassResult struct {
-	Completed  int   // keys driven to done
-	Failed     int   // keys released again (PSP still failing) or lost to another worker
-	Stuck      int64 // keys due for longer than OverdueAfter (Census.Overdue)
-	Census     idempotency.Census
-	Partitions idempotency.PartitionReport
-	Created    int // partitions created
-	Maintained bool
+	Completed int   // keys driven to done
+	Failed    int   // keys released again (PSP still failing) or lost to another worker
+	Stuck     int64 // keys due for longer than OverdueAfter (Census.Overdue)
+	Census    idempotency.Census
 }
 
-// RunOnce makes one pass: completion, then (if this reaper gets the lock)
-// partition maintenance.
+// RunOnce makes one pass: completion, then the census of unfinished keys.
 func (r *Reaper) RunOnce(ctx context.Context) (*PassResult, error) {
 	res := &PassResult{}
 	if err := r.complete(ctx, res); err != nil {
-		return res, err
-	}
-	if err := r.maintain(ctx, res); err != nil {
 		return res, err
 	}
 	c, err := r.keys.TakeCensus(ctx, r.pool, r.cfg.OverdueAfter)
@@ -285,99 +302,6 @@ func (r *Reaper) resume(ctx context.Context, lease *idempotency.Lease) (idempote
 	ctx, cancel := context.WithTimeout(ctx, 2*r.cfg.Lease)
 	defer cancel()
 	return r.ops.Resume(ctx, lease)
-}
-
-// maintain creates partitions ahead and drops expired ones, if it is time
-// and no other reaper is doing it.
-func (r *Reaper) maintain(ctx context.Context, res *PassResult) error {
-	if !r.lastMaintenance.IsZero() && time.Since(r.lastMaintenance) < r.cfg.MaintenanceInterval {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.MaintenanceTimeout)
-	defer cancel()
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("maintenance: %w", err)
-	}
-	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, maintenanceLockID).Scan(&locked); err != nil {
-		return fmt.Errorf("maintenance lock: %w", err)
-	}
-	if !locked {
-		return nil
-	}
-	defer func() {
-		// A session lock and session settings outlive the statement: undo
-		// them before the connection returns to the pool, even if ctx has
-		// ended.
-		if _, err := conn.Exec(context.WithoutCancel(ctx), resetMaintenanceSQL, maintenanceLockID); err != nil {
-			conn.Conn().Close(context.Background()) //nolint:errcheck // closing drops the lock
-		}
-	}()
-	res.Maintained = true
-	r.lastMaintenance = time.Now()
-	// The pool's statement_timeout suits requests, not reads of whole
-	// partitions, and a DETACH … CONCURRENTLY waiting for old transactions
-	// blocks no one: this session may take up to the pass's own timeout.
-	// The statements that could make claims queue behind them set a short
-	// lock_timeout of their own (idempotency.MaintenanceLockTimeout).
-	timeout := fmt.Sprintf("%dms", r.cfg.MaintenanceTimeout.Milliseconds())
-	if _, err := conn.Exec(ctx, `SELECT set_config('statement_timeout', $1, false), set_config('lock_timeout', $1, false)`, timeout); err != nil {
-		return fmt.Errorf("maintenance settings: %w", err)
-	}
-
-	// A failure to create partitions (a lock timeout behind a long
-	// reader, say) must not stop retention, nor the other way round.
-	var errs []error
-	if res.Created, err = idempotency.EnsurePartitions(ctx, conn); err != nil {
-		errs = append(errs, err)
-	}
-	r.m.partitionsCreated.Add(ctx, int64(res.Created))
-	if res.Created > 0 {
-		r.log.InfoContext(ctx, "created partitions ahead", "count", res.Created)
-	}
-	if missing, err := idempotency.MissingDays(ctx, conn); err != nil {
-		errs = append(errs, err)
-	} else if len(missing) > 0 {
-		r.log.WarnContext(ctx, "days without a partition of their own (their keys go to the DEFAULT partition; see docs/operations.md)",
-			"days", formatDays(missing))
-	}
-	ahead, err := idempotency.DaysAhead(ctx, conn)
-	if err != nil {
-		errs = append(errs, err)
-	} else {
-		r.m.daysAhead.Record(ctx, int64(ahead))
-	}
-
-	start := time.Now()
-	report, err := idempotency.DropExpiredPartitions(ctx, conn, r.cfg.Retention)
-	res.Partitions = report
-	r.m.partitionsDropped.Add(ctx, int64(len(report.Dropped)))
-	for _, name := range report.Dropped {
-		r.log.InfoContext(ctx, "dropped partition past retention", "partition", name, "retention", r.cfg.Retention.String())
-	}
-	if len(report.Dropped) > 0 {
-		r.log.InfoContext(ctx, "retention pass", "dropped", len(report.Dropped), "duration", time.Since(start))
-	}
-	for _, k := range report.Kept {
-		r.log.WarnContext(ctx, "kept partition past retention", "partition", k.Name, "reason", k.Reason)
-	}
-	return errors.Join(append(errs, err)...)
-}
-
-// resetMaintenanceSQL releases the maintenance lock and puts the session's
-// timeouts back to the pool's (the values of the connection's start-up).
-const resetMaintenanceSQL = `SELECT pg_advisory_unlock($1), set_config('statement_timeout', reset_val, false),
-       (SELECT set_config('lock_timeout', reset_val, false) FROM pg_settings WHERE name = 'lock_timeout')
-  FROM pg_settings WHERE name = 'statement_timeout'`
-
-func formatDays(days []time.Time) []string {
-	out := make([]string, len(days))
-	for i, d := range days {
-		out[i] = d.Format(time.DateOnly)
-	}
-	return out
 }
 
 type instruments struct {

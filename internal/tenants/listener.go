@@ -1,16 +1,16 @@
 package tenants
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/phasepay/phasepay/internal/dbnotify"
 )
 
 // ListenerApplicationName is the application_name of a listener's
@@ -20,26 +20,28 @@ const ListenerApplicationName = "phasepay-api-keys-listener"
 
 // Defaults of RevocationListenerConfig.
 const (
-	MinBackoffDefault     = 100 * time.Millisecond
-	MaxBackoffDefault     = 5 * time.Second
-	HealthIntervalDefault = 10 * time.Second
+	MinBackoffDefault     = dbnotify.MinBackoffDefault
+	MaxBackoffDefault     = dbnotify.MaxBackoffDefault
+	HealthIntervalDefault = dbnotify.HealthIntervalDefault
+	// PollIntervalDefault keeps a revoked key refused within the
+	// contract's second when polled: a poll's interval, plus its query.
+	PollIntervalDefault = dbnotify.PollIntervalDefault
 )
-
-// pingTimeout bounds the health check of a quiet connection: a live server
-// answers it in milliseconds.
-const pingTimeout = 5 * time.Second
-
-// listenSQL subscribes the session to revocations (RevokeKey). It takes
-// effect when it returns: every revocation committed later is delivered.
-const listenSQL = `LISTEN ` + RevocationChannel
 
 // RevocationListenerConfig configures a RevocationListener.
 type RevocationListenerConfig struct {
-	// Connect opens the listener's own connection, never one of a pool: a
-	// LISTEN lives as long as its session, and a pooled session would hear
-	// notifications meant for nobody and lose them when it is recycled.
-	// Give it application_name ListenerApplicationName.
+	// Connect opens the listener's own connection to the server itself
+	// (DATABASE_URL, or DATABASE_DIRECT_URL behind a transaction pooler),
+	// never one of a pool (see package dbnotify). Give it
+	// application_name ListenerApplicationName. Nil: the listener polls
+	// Poll instead.
 	Connect func(ctx context.Context) (*pgx.Conn, error)
+	// Poll is where revocations are polled without Connect: the api's
+	// pool, through the pooler. One of Connect and Poll is required.
+	Poll DBTX
+	// PollInterval is the pause between two polls. Default
+	// PollIntervalDefault.
+	PollInterval time.Duration
 	// MinBackoff is the pause before reconnecting after the connection is
 	// lost; it doubles, with jitter, up to MaxBackoff while reconnecting
 	// fails. Defaults MinBackoffDefault and MaxBackoffDefault.
@@ -55,175 +57,126 @@ type RevocationListenerConfig struct {
 	Logger *slog.Logger
 }
 
-// RevocationListener keeps an Authenticator's cache true to revocations: it
-// LISTENs for them on a dedicated connection and drops each revoked key from
-// the cache as its notification arrives.
+// RevocationListener keeps an Authenticator's cache true to revocations:
+// it hears each one (package dbnotify: LISTEN on a connection of its own,
+// or a poll of recent revocations where only a transaction pooler is
+// reachable) and drops the revoked key from the cache.
 //
 // Notifications sent while the connection is down are lost, PostgreSQL
-// does not queue them for a session that is gone. So from the moment the
-// connection is lost until a new LISTEN is in place the Authenticator does
-// not use its cache, and the cache is emptied when listening resumes: a key
-// revoked in between is looked up afresh, and refused. The connection is
-// reopened with backoff for as long as the listener runs (a PostgreSQL
-// restart, a terminated backend).
+// does not queue them for a session that is gone, and a failed poll hears
+// nothing. So from the moment the listener stops hearing until it hears
+// again the Authenticator does not use its cache, and the cache is emptied
+// when hearing resumes: a key revoked in between is looked up afresh, and
+// refused.
 type RevocationListener struct {
-	cfg  RevocationListenerConfig
 	auth *Authenticator
-	log  *slog.Logger
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
-	// firstTry is closed when the first attempt to listen has listened
-	// or failed; firstErr is its failure.
-	firstTry chan struct{}
-	firstErr error
+	l    *dbnotify.Listener
+	once sync.Once
 }
 
 // NewRevocationListener returns a listener for auth; Start runs it.
 func NewRevocationListener(auth *Authenticator, cfg RevocationListenerConfig) (*RevocationListener, error) {
+	if cfg.Connect == nil && cfg.Poll == nil {
+		return nil, errors.New("revocation listener: Connect or Poll is required")
+	}
+	r := &RevocationListener{auth: auth}
+	var poll func(context.Context) ([]string, error)
 	if cfg.Connect == nil {
-		return nil, errors.New("revocation listener: Connect is required")
+		poll = newRevocationPoll(cfg.Poll)
 	}
-	if cfg.MinBackoff < 0 || cfg.MaxBackoff < 0 || cfg.HealthInterval < 0 {
-		return nil, errors.New("revocation listener: negative backoff or health interval")
+	l, err := dbnotify.New(dbnotify.Config{
+		Name:         "api key revocation listener",
+		Channel:      RevocationChannel,
+		Connect:      cfg.Connect,
+		Poll:         poll,
+		PollInterval: cfg.PollInterval,
+		OnNotify: func(payload string) {
+			if h, ok := parseKeyHash(payload); ok {
+				auth.forget(h)
+			} else {
+				auth.forgetAll(false) // not ours to parse: drop everything
+			}
+		},
+		// Hearing from here on; what was revoked before is read afresh.
+		OnHearing:      func() { auth.forgetAll(false) },
+		OnDeaf:         func() { auth.forgetAll(true) },
+		MinBackoff:     cfg.MinBackoff,
+		MaxBackoff:     cfg.MaxBackoff,
+		HealthInterval: cfg.HealthInterval,
+		Logger:         cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
 	}
-	cfg.MinBackoff = cmp.Or(cfg.MinBackoff, MinBackoffDefault)
-	cfg.MaxBackoff = max(cmp.Or(cfg.MaxBackoff, MaxBackoffDefault), cfg.MinBackoff)
-	cfg.HealthInterval = cmp.Or(cfg.HealthInterval, HealthIntervalDefault)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	return &RevocationListener{cfg: cfg, auth: auth, log: cfg.Logger, firstTry: make(chan struct{})}, nil
+	r.l = l
+	return r, nil
 }
 
-// Start turns the Authenticator's cache off until the listener listens,
-// and runs the listener until ctx ends or Stop is called. It returns at
-// once; a second Start is an error.
-func (l *RevocationListener) Start(ctx context.Context) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done != nil {
+// Polling reports whether the listener polls rather than LISTENs.
+func (r *RevocationListener) Polling() bool { return r.l.Polling() }
+
+// Start turns the Authenticator's cache off until the listener hears
+// revocations, and runs the listener until ctx ends or Stop is called. It
+// returns at once; a second Start is an error.
+func (r *RevocationListener) Start(ctx context.Context) error {
+	first := false
+	r.once.Do(func() { first = true })
+	if !first {
 		return errors.New("revocation listener: already started")
 	}
-	l.auth.forgetAll(true)
-	ctx, l.cancel = context.WithCancel(ctx)
-	l.done = make(chan struct{})
-	go l.run(ctx)
-	return nil
+	r.auth.forgetAll(true)
+	return r.l.Start(ctx)
 }
 
 // Stop stops the listener and waits for it; the Authenticator's cache stays
 // off. Safe to call twice, and before Start.
-func (l *RevocationListener) Stop() {
-	l.mu.Lock()
-	cancel, done := l.cancel, l.done
-	l.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (r *RevocationListener) Stop() { r.l.Stop() }
 
-// WaitListening waits for the listener's first attempt to listen and
-// returns its failure: nil means it listens (and the cache is in use from
-// then on, unless the connection is lost again). It does not wait for the
+// WaitListening waits for the listener's first attempt to hear and returns
+// its failure: nil means it hears revocations (and the cache is in use
+// from then on, unless it loses them again). It does not wait for the
 // retries after a failure, so a process that starts while the database is
 // away is not held up by them.
-func (l *RevocationListener) WaitListening(ctx context.Context) error {
-	select {
-	case <-l.firstTry:
-		if l.firstErr != nil {
-			return fmt.Errorf("revocation listener: not listening yet: %w", l.firstErr)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("revocation listener: not listening yet: %w", context.Cause(ctx))
-	}
+func (r *RevocationListener) WaitListening(ctx context.Context) error {
+	return r.l.WaitHearing(ctx)
 }
 
-func (l *RevocationListener) run(ctx context.Context) {
-	defer close(l.done)
-	var once sync.Once
-	firstTried := func(err error) {
-		once.Do(func() {
-			l.firstErr = err
-			close(l.firstTry)
-		})
-	}
-	backoff := l.cfg.MinBackoff
-	for {
-		began := time.Now()
-		up, err := l.listen(ctx, func() { firstTried(nil) })
-		firstTried(err)
-		l.auth.forgetAll(true)
-		if ctx.Err() != nil {
-			return
-		}
-		if up && time.Since(began) > l.cfg.MaxBackoff {
-			// A fresh loss after a while of listening, not a connection
-			// that fails again as soon as it is made.
-			backoff = l.cfg.MinBackoff
-		}
-		// Half the backoff at random, so that the api processes do not
-		// all reconnect at the same instant after a restart.
-		pause := backoff/2 + rand.N(backoff/2+1)
-		l.log.Warn("api key revocation listener: connection lost; key cache off until it is back",
-			"error", err.Error(), "retry_in", pause.String())
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(pause):
-		}
-		backoff = min(2*backoff, l.cfg.MaxBackoff)
-	}
-}
+// RevocationWindow is how far back a poll looks for revocations: longer
+// than any revoking transaction takes to commit (revoked_at is its start,
+// RevokeKey is one statement), plus a poll interval, so that no
+// revocation's commit falls between two polls' windows.
+const RevocationWindow = 2 * time.Minute
 
-// listen opens a connection, LISTENs and evicts revoked keys until the
-// connection fails or ctx ends. up reports whether it got as far as
-// listening.
-func (l *RevocationListener) listen(ctx context.Context, listened func()) (up bool, err error) {
-	conn, err := l.cfg.Connect(ctx)
-	if err != nil {
-		return false, fmt.Errorf("connect: %w", err)
-	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-	if _, err := conn.Exec(ctx, listenSQL); err != nil {
-		return false, fmt.Errorf("listen: %w", err)
-	}
-	// Listening from here on; what was revoked before is read afresh.
-	l.auth.forgetAll(false)
-	listened()
-	l.log.Info("api key revocation listener: listening", "channel", RevocationChannel)
-	for {
-		waitCtx, cancel := context.WithTimeout(ctx, l.cfg.HealthInterval)
-		n, err := conn.WaitForNotification(waitCtx)
-		cancel()
-		switch {
-		case err == nil:
-			if h, ok := parseKeyHash(n.Payload); ok {
-				l.auth.forget(h)
-			} else {
-				l.auth.forgetAll(false) // not ours to parse: drop everything
-			}
-		case ctx.Err() != nil:
-			return true, ctx.Err()
-		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
-			// Quiet for HealthInterval: check the connection is alive. A
-			// timeout leaves a pgx connection usable.
-			pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
-			err := conn.Ping(pingCtx)
-			cancel()
-			if err != nil {
-				return true, fmt.Errorf("ping: %w", err)
-			}
-		default:
-			return true, fmt.Errorf("wait for notification: %w", err)
+// recentRevocationsSQL reads the revocations of the last $1 microseconds
+// by the database's clock (migrations/00019 indexes revoked_at).
+const recentRevocationsSQL = `
+SELECT encode(key_hash, 'hex') FROM api_keys
+ WHERE revoked_at > now() - $1 * interval '1 microsecond'`
+
+// newRevocationPoll returns the poll of a listener without a direct
+// connection: each call returns the revocations in the window that the
+// previous call did not (all of them on the first call), so a key is
+// dropped from the cache once, not at every poll.
+func newRevocationPoll(q DBTX) func(context.Context) ([]string, error) {
+	var seen map[string]bool
+	return func(ctx context.Context) ([]string, error) {
+		rows, err := q.Query(ctx, recentRevocationsSQL, RevocationWindow.Microseconds())
+		if err != nil {
+			return nil, fmt.Errorf("poll revocations: %w", err)
 		}
+		hashes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("poll revocations: %w", err)
+		}
+		now := make(map[string]bool, len(hashes))
+		var fresh []string
+		for _, h := range hashes {
+			now[h] = true
+			if !seen[h] {
+				fresh = append(fresh, h)
+			}
+		}
+		seen = now
+		return fresh, nil
 	}
 }

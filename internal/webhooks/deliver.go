@@ -10,12 +10,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/phasepay/phasepay/internal/dbnotify"
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/events"
+	"github.com/phasepay/phasepay/internal/maintenance"
 )
 
 // Defaults of DelivererConfig.
@@ -34,10 +37,20 @@ const (
 type DelivererConfig struct {
 	// Interval is the longest pause between two scans for due deliveries
 	// (REAPER_INTERVAL); a committed event wakes the deliverer at once
-	// through LISTEN/NOTIFY, so the first attempt usually starts within
-	// milliseconds of the commit, and within Interval if the notification
-	// is lost. Default 1s.
+	// (Listen), so the first attempt usually starts within milliseconds of
+	// the commit, and within Interval if the notification is lost.
+	// Default 1s.
 	Interval time.Duration
+	// Listen opens a connection of the deliverer's own to the server
+	// itself (DATABASE_URL, or DATABASE_DIRECT_URL behind a transaction
+	// pooler), on which it LISTENs for committed events. Nil (behind a
+	// pooler with no direct URL, and in tests): it scans every
+	// PollInterval instead (package dbnotify makes the choice).
+	Listen func(ctx context.Context) (*pgx.Conn, error)
+	// PollInterval is the pause between two scans without Listen: how late
+	// a first attempt may start after its event's commit. Default
+	// dbnotify.PollIntervalDefault (250ms).
+	PollInterval time.Duration
 	// Timeout bounds one attempt, connection to last byte of the answer's
 	// head: an endpoint that does not answer within it failed the attempt.
 	// Default 10s (the contract's).
@@ -79,9 +92,9 @@ type DelivererConfig struct {
 	// still pending is kept until it ends. Default 30 days
 	// (events.RetentionDefault); it must exceed GiveUpAfter.
 	Retention time.Duration
-	// MaintenanceInterval is the least time between two partition
-	// maintenance passes (create days ahead, drop days past Retention),
-	// made by one deliverer at a time. Default 1m.
+	// MaintenanceInterval is the pause between two partition maintenance
+	// runs of this deliverer (create days ahead, drop days past
+	// Retention), made by one deliverer at a time. Default 1m.
 	MaintenanceInterval time.Duration
 }
 
@@ -99,7 +112,7 @@ type Deliverer struct {
 	mu   sync.Mutex
 	load *load // attempts in flight (fair.go)
 
-	lastMaintenance time.Time // touched by Run's goroutine only
+	maintenance *maintenance.Service[EventsMaintenance]
 	// TestAttemptDone, if set, is called after each attempt is recorded
 	// (tests only).
 	TestAttemptDone func(Result)
@@ -141,17 +154,30 @@ func NewDeliverer(pool *pgxpool.Pool, cfg DelivererConfig) (*Deliverer, error) {
 	if client == nil {
 		client = NewClient(cfg.Timeout, NewGuard(cfg.AllowPrivate))
 	}
-	return &Deliverer{cfg: cfg, pool: pool, client: client, log: cfg.Logger, m: m, load: newLoad(),
-		caps: caps{parallelism: cfg.Parallelism, perHost: cfg.PerHost, perEndpoint: cfg.PerEndpoint}}, nil
+	d := &Deliverer{cfg: cfg, pool: pool, client: client, log: cfg.Logger, m: m, load: newLoad(),
+		caps: caps{parallelism: cfg.Parallelism, perHost: cfg.PerHost, perEndpoint: cfg.PerEndpoint}}
+	if d.maintenance, err = newMaintenance(d); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // Run delivers until ctx ends, then waits for the attempts in flight
-// (each bounded by Timeout) and returns nil.
+// (each bounded by Timeout) and returns nil. The events tables' partition
+// maintenance runs beside it (maintain.go).
 func (d *Deliverer) Run(ctx context.Context) error {
 	wake := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { d.listen(ctx, wake) })
+	if err := d.maintenance.Start(ctx); err != nil {
+		return err
+	}
+	defer d.maintenance.Stop()
+	stopListening, err := d.listen(ctx, wake)
+	if err != nil {
+		return err
+	}
+	defer stopListening()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -160,9 +186,6 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			d.backlog(ctx)
-			if err := d.maintain(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				d.log.WarnContext(ctx, "event partition maintenance failed; retried next pass", "error", err.Error())
-			}
 		case <-wake:
 		}
 		if _, err := d.RunOnce(ctx, &wg, wake); err != nil && !errors.Is(err, context.Canceled) {
@@ -182,39 +205,32 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	}
 }
 
-// listen wakes the loop on every notification of a committed event, and
-// keeps trying to listen while the database is away. A lost notification
-// costs at most one Interval.
-func (d *Deliverer) listen(ctx context.Context, wake chan<- struct{}) {
-	for ctx.Err() == nil {
-		err := func() error {
-			conn, err := d.pool.Acquire(ctx)
-			if err != nil {
-				return err
-			}
-			defer conn.Release()
-			if _, err := conn.Exec(ctx, "LISTEN "+events.NotifyChannel); err != nil {
-				return err
-			}
-			for {
-				if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
-					// The connection may be mid-wait: do not hand it back.
-					conn.Conn().Close(context.Background()) //nolint:errcheck
-					return err
-				}
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
-			}
-		}()
-		if ctx.Err() != nil {
-			return
-		}
-		d.log.DebugContext(ctx, "webhook listener: reconnecting", "error", err.Error())
+// listen wakes the loop on every committed event: through LISTEN on a
+// connection of its own (Listen), or by a scan every PollInterval without
+// one (package dbnotify). Either way, each time it starts hearing again
+// (after a lost connection) it wakes the loop once, for what it missed. A
+// lost notification costs at most one Interval.
+func (d *Deliverer) listen(ctx context.Context, wake chan<- struct{}) (stop func(), err error) {
+	signal := func() {
 		select {
-		case <-ctx.Done():
-		case <-time.After(d.cfg.Interval):
+		case wake <- struct{}{}:
+		default:
 		}
 	}
+	l, err := dbnotify.New(dbnotify.Config{
+		Name:         "webhook wake-ups",
+		Channel:      events.NotifyChannel,
+		Connect:      d.cfg.Listen,
+		PollInterval: d.cfg.PollInterval,
+		OnNotify:     func(string) { signal() },
+		OnHearing:    signal,
+		Logger:       d.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Start(ctx); err != nil {
+		return nil, err
+	}
+	return l.Stop, nil
 }

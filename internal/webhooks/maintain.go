@@ -3,53 +3,62 @@ package webhooks
 import (
 	"context"
 	"errors"
-	"fmt"
-	"time"
 
 	"github.com/phasepay/phasepay/internal/events"
+	"github.com/phasepay/phasepay/internal/maintenance"
 )
 
-// maintenanceLockID is the session advisory lock (namespace 0x70700012)
-// that lets one deliverer at a time maintain the events partitions.
-const maintenanceLockID = 0x70700012
+// MaintenanceLockID is the advisory lock (namespace 0x70700012) that lets
+// one deliverer at a time maintain the events partitions; the maintenance
+// service holds it transaction-scoped (package maintenance).
+const MaintenanceLockID = 0x70700012
 
-// maintain creates the events tables' days ahead and drops the days past
-// Retention (never one with a pending delivery), if it is time and no
-// other deliverer is doing it.
-func (d *Deliverer) maintain(ctx context.Context) error {
-	if !d.lastMaintenance.IsZero() && time.Since(d.lastMaintenance) < d.cfg.MaintenanceInterval {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+// EventsMaintenance says what one run of the events partition maintenance
+// did.
+type EventsMaintenance struct {
+	Created int // days created ahead
+	events.Report
+}
+
+// newMaintenance is the deliverer's partition maintenance service, which
+// Run starts beside the deliveries.
+func newMaintenance(d *Deliverer) (*maintenance.Service[EventsMaintenance], error) {
+	return maintenance.New(d.pool, maintenance.Config{
+		Name:     "event partition maintenance",
+		LockID:   MaintenanceLockID,
+		Interval: d.cfg.MaintenanceInterval,
+		Logger:   d.log,
+	}, d.maintainPartitions)
+}
+
+// Maintenance is the deliverer's partition maintenance service (exposed
+// for tests: its RunOnce and TestSignals).
+func (d *Deliverer) Maintenance() *maintenance.Service[EventsMaintenance] { return d.maintenance }
+
+// maintainPartitions is the maintenance chore: it creates the events
+// tables' days ahead and drops the days past Retention (never one with a
+// pending delivery). It sets nothing in a session, so it runs the same
+// behind a transaction pooler: a DETACH … CONCURRENTLY cut off by the
+// statement timeout is left pending and finished by a later run.
+func (d *Deliverer) maintainPartitions(ctx context.Context) (EventsMaintenance, error) {
+	var res EventsMaintenance
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, maintenanceLockID).Scan(&locked); err != nil {
-		return fmt.Errorf("maintenance lock: %w", err)
-	}
-	if !locked {
-		return nil
-	}
-	defer func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, maintenanceLockID); err != nil {
-			conn.Conn().Close(context.Background()) //nolint:errcheck // closing drops the lock
-		}
-	}()
-	d.lastMaintenance = time.Now()
 	created, cerr := events.EnsurePartitions(ctx, conn)
+	res.Created = created
 	if created > 0 {
 		d.log.InfoContext(ctx, "created event partitions ahead", "count", created)
 	}
 	report, derr := events.DropExpiredPartitions(ctx, conn, d.cfg.Retention)
+	res.Report = report
 	if len(report.Dropped) > 0 {
 		d.log.InfoContext(ctx, "dropped event days past retention", "days", report.Dropped, "retention", d.cfg.Retention.String())
 	}
 	if len(report.Kept) > 0 {
 		d.log.WarnContext(ctx, "kept event days past retention: a delivery is still being retried", "days", report.Kept)
 	}
-	return errors.Join(cerr, derr)
+	return res, errors.Join(cerr, derr)
 }

@@ -74,6 +74,7 @@ func run(args []string, stdout io.Writer) int {
 	fs.Float64Var(&cfg.WebhookFaults.TimeoutRate, "webhook-timeout-rate", 0.002, "webhook sink: share of deliveries answered only after the 10s delivery timeout")
 	fs.DurationVar(&cfg.WebhookDrainWithin, "webhook-drain", 2*time.Minute, "after the load, every event must reach the webhook sink within this")
 	fs.BoolVar(&cfg.KeepDatabase, "keep-db", false, "keep the run's database (with -db-restarts 0 only)")
+	fs.BoolVar(&cfg.Pooler, "pooler", false, "put a PgBouncer in transaction mode between the workers and reapers and the database (DATABASE_POOLER=transaction; every other process with DATABASE_DIRECT_URL, the others polling)")
 	fs.IntVar(&cfg.PSPs, "psps", 1, "mock PSPs to route between (PSPS, PSP_ROUTING); above 1, one of them is down, refusing or dropping answers for stretches")
 	admin := fs.String("admin-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL to create the run's database on (with -db-restarts 0)")
 	jsonPath := fs.String("json", "", "write the summary as JSON to this file")

@@ -14,14 +14,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -33,6 +31,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 func main() {
@@ -89,31 +89,38 @@ func measure(ctx context.Context, bin, admin string, n int, outage, wait time.Du
 	defer drop()
 	exe := func(name string) string { return filepath.Join(bin, name) }
 	env := map[string]string{"DATABASE_URL": dbURL}
-	if _, err := runOnce(exe("api"), env, "migrate"); err != nil {
+	if _, err := procs.RunOnce(ctx, exe("api"), env, "migrate"); err != nil {
 		return nil, err
 	}
-	apiKey, err := runOnce(exe("api"), env, "keys", "create", "--tenant", "outage")
+	apiKey, err := procs.RunOnce(ctx, exe("api"), env, "keys", "create", "--tenant", "outage")
 	if err != nil {
 		return nil, err
 	}
-	pspAddr, apiAddr := freeAddr(), freeAddr()
+	pspAddr, err := procs.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	apiAddr, err := procs.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
 	pspURL := "http://" + pspAddr
-	procs := []*exec.Cmd{
+	cmds := []*exec.Cmd{
 		start(exe("mockpsp"), map[string]string{"MOCKPSP_ADDR": pspAddr, "MOCKPSP_ERROR_RATE": "1"}),
 	}
 	defer func() {
-		for _, p := range procs {
+		for _, p := range cmds {
 			_ = p.Process.Kill()
 			_ = p.Wait()
 		}
 	}()
-	if err := waitUp(pspURL + "/_admin/authorizations"); err != nil {
+	if err := procs.WaitUp(ctx, pspURL+"/_admin/authorizations"); err != nil {
 		return nil, fmt.Errorf("mockpsp: %w", err)
 	}
 	common := map[string]string{"DATABASE_URL": dbURL, "PSP_URL": pspURL}
-	procs = append(procs, start(exe("api"), merge(common, map[string]string{"API_ADDR": apiAddr}), "serve"))
-	procs = append(procs, start(exe("reaper"), common))
-	if err := waitUp("http://" + apiAddr + "/healthz"); err != nil {
+	cmds = append(cmds, start(exe("api"), merge(common, map[string]string{"API_ADDR": apiAddr}), "serve"))
+	cmds = append(cmds, start(exe("reaper"), common))
+	if err := procs.WaitUp(ctx, "http://"+apiAddr+"/healthz"); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 
@@ -220,44 +227,6 @@ func start(bin string, env map[string]string, args ...string) *exec.Cmd {
 		os.Exit(1)
 	}
 	return cmd
-}
-
-func runOnce(bin string, env map[string]string, args ...string) (string, error) {
-	cmd := exec.Command(bin, args...)
-	cmd.Env = os.Environ()
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), strings.Join(args, " "), err, stderr.String())
-	}
-	return strings.TrimSpace(stdout.String()), nil
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitUp(u string) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(u)
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func getJSON(u string, v any) error {

@@ -1,10 +1,18 @@
-package chaos
+// Package procs runs phasepay's binaries for the harnesses (harness/chaos,
+// harness/soak): it builds them, starts each as a supervised process that
+// is restarted whenever it dies and whose every exit is judged planned or
+// not, and spreads a client's attempts over several of them. It holds what
+// the chaos harness wrote for itself, moved here when the soak needed the
+// same.
+package procs
 
 import (
 	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,11 +22,11 @@ import (
 	"time"
 )
 
-// Build compiles api, reaper and mockpsp into dir with the chaos tag (which
-// enables PHASEPAY_CHAOS_CRASH and PHASEPAY_CHAOS_DEFECT, package
-// harness/faults). moduleDir is the repository root.
-func Build(ctx context.Context, moduleDir, dir string) error {
-	const tags = "chaos"
+// Build compiles api, reaper and mockpsp into dir with the build tags
+// given (the chaos harness's "chaos", which enables PHASEPAY_CHAOS_CRASH and
+// PHASEPAY_CHAOS_DEFECT, package harness/faults; none for the production
+// build). moduleDir is the repository root.
+func Build(ctx context.Context, moduleDir, dir, tags string) error {
 	for _, name := range []string{"api", "reaper", "mockpsp"} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-tags", tags, "-o", filepath.Join(dir, name), "./cmd/"+name)
 		cmd.Dir = moduleDir
@@ -29,14 +37,14 @@ func Build(ctx context.Context, moduleDir, dir string) error {
 	return nil
 }
 
-// process is one supervised binary: restarted after it dies until stop.
+// Process is one supervised binary: restarted after it dies until Stop.
 //
 // Every exit is either planned — the harness killed it (signal SIGKILL, or
 // stop), or it crashed itself at a chaos crash point, which it logs first —
 // or unplanned: it exited by itself, e.g. because the database went away.
 // Unplanned exits are violations; the supervisor still restarts the
 // process so the run can go on and show everything else it finds.
-type process struct {
+type Process struct {
 	name string
 	bin  string
 	args []string
@@ -54,22 +62,28 @@ type process struct {
 	unplanned []string // one line per unplanned exit: how, and its last log lines
 }
 
-func newProcess(name, bin string, env map[string]string, args ...string) *process {
-	p := &process{name: name, bin: bin, args: args, env: os.Environ()}
+// New returns a process that runs bin with args, in this process's
+// environment plus env; Start starts it.
+func New(name, bin string, env map[string]string, args ...string) *Process {
+	p := &Process{name: name, bin: bin, args: args, env: os.Environ()}
 	for k, v := range env {
 		p.env = append(p.env, k+"="+v)
 	}
 	return p
 }
 
+// Name is the name the process was created with.
+func (p *Process) Name() string { return p.name }
+
 // Write collects stderr; it is called by exec's copying goroutine.
-func (p *process) Write(b []byte) (int, error) {
+func (p *Process) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.logs.Write(b)
 }
 
-func (p *process) start() error {
+// Start starts an incarnation of the process.
+func (p *Process) Start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cmd := exec.Command(p.bin, p.args...)
@@ -95,7 +109,7 @@ func (p *process) start() error {
 }
 
 // judgeExit records an exit the harness did not cause.
-func (p *process) judgeExit(st *os.ProcessState) {
+func (p *Process) judgeExit(st *os.ProcessState) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := p.logs.String()[p.logStart:]
@@ -110,30 +124,47 @@ func (p *process) judgeExit(st *os.ProcessState) {
 		return // a crash point of the chaos build
 	}
 	p.unplanned = append(p.unplanned, fmt.Sprintf("%s (pid %d) exited by itself at %s: %s; last output: %s",
-		p.name, st.Pid(), time.Now().UTC().Format("15:04:05.000"), st, lastLines(out, 3)))
+		p.name, st.Pid(), time.Now().UTC().Format("15:04:05.000"), st, LastLines(out, 3)))
 }
 
-// doneChan is closed when the current incarnation has exited.
-func (p *process) doneChan() <-chan struct{} {
+// Done is closed when the current incarnation has exited.
+func (p *Process) Done() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.done
 }
 
-// unplannedExits returns the unplanned exits so far.
-func (p *process) unplannedExits() []string {
+// Restarts is how many times the supervisor has started the process again.
+func (p *Process) Restarts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.restarts
+}
+
+// Paused reports whether the current incarnation was sent SIGSTOP and not
+// yet SIGCONT.
+func (p *Process) Paused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused
+}
+
+// UnplannedExits returns the unplanned exits so far.
+func (p *Process) UnplannedExits() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.unplanned...)
 }
 
-func lastLines(s string, n int) string {
+// LastLines returns the last n lines of s on one line, for messages.
+func LastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], " | ")
 }
 
-// supervise restarts the process whenever it exits, until stop.
-func (p *process) supervise(restartDelay time.Duration) {
+// Supervise restarts the process whenever it exits, until Stop; run it in
+// a goroutine of its own.
+func (p *Process) Supervise(restartDelay time.Duration) {
 	for {
 		p.mu.Lock()
 		done, stopped := p.done, p.stopped
@@ -152,14 +183,16 @@ func (p *process) supervise(restartDelay time.Duration) {
 		p.mu.Lock()
 		p.restarts++
 		p.mu.Unlock()
-		if err := p.start(); err != nil {
+		if err := p.Start(); err != nil {
 			p.Write([]byte(err.Error() + "\n")) //nolint:errcheck
 			time.Sleep(restartDelay)
 		}
 	}
 }
 
-func (p *process) signal(sig syscall.Signal) {
+// Signal sends sig to the current incarnation, if it runs. SIGKILL marks
+// its exit planned (a kill of the harness's).
+func (p *Process) Signal(sig syscall.Signal) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd == nil || p.cmd.Process == nil {
@@ -181,29 +214,31 @@ func (p *process) signal(sig syscall.Signal) {
 	}
 }
 
-// stop ends supervision and the process: SIGTERM, then SIGKILL.
-func (p *process) stop(grace time.Duration) {
+// Stop ends supervision and the process: SIGTERM, then SIGKILL after grace.
+func (p *Process) Stop(grace time.Duration) {
 	p.mu.Lock()
 	p.stopped = true
 	done := p.done
 	p.mu.Unlock()
-	p.signal(syscall.SIGCONT)
-	p.signal(syscall.SIGTERM)
+	p.Signal(syscall.SIGCONT)
+	p.Signal(syscall.SIGTERM)
 	select {
 	case <-done:
 	case <-time.After(grace):
-		p.signal(syscall.SIGKILL)
+		p.Signal(syscall.SIGKILL)
 		<-done
 	}
 }
 
-func (p *process) logText() string {
+// LogText is every incarnation's output so far.
+func (p *Process) LogText() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.logs.String()
 }
 
-func freeAddr() (string, error) {
+// FreeAddr returns a loopback address nothing listens on now.
+func FreeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
@@ -212,7 +247,9 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-func runOnce(ctx context.Context, bin string, env map[string]string, args ...string) (string, error) {
+// RunOnce runs bin to its end with env added to this process's environment
+// and returns its standard output, trimmed.
+func RunOnce(ctx context.Context, bin string, env map[string]string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = os.Environ()
 	for k, v := range env {
@@ -224,4 +261,35 @@ func runOnce(ctx context.Context, bin string, env map[string]string, args ...str
 		return "", fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), strings.Join(args, " "), err, stderr.String())
 	}
 	return strings.TrimSpace(stdout.String()), nil
+}
+
+// WaitUp waits until a GET of u gets an answer (any status), for at most
+// 20 s.
+func WaitUp(ctx context.Context, u string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WithApplicationName names a process's connections, so pg_stat_activity
+// tells which process is connected.
+func WithApplicationName(dbURL, name string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return dbURL
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
