@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // What the request timeline costs new charges (migrations/00022): the
@@ -45,7 +47,7 @@ func (e *env) timelineCost(ctx context.Context, res *Results) error {
 	}
 	defer psp.stop()
 	start := func(timeline string) (string, *server, error) {
-		addr, err := freeAddr()
+		addr, err := procs.FreeAddr()
 		if err != nil {
 			return "", nil, err
 		}
