@@ -60,6 +60,7 @@ func TestContractOperationsDocumented(t *testing.T) {
 		{"GET", "/v1/refunds/{id}", []int{200, 401, 404, 405, 500, 503}, true},
 		{"GET", "/v1/idempotency_keys", []int{200, 400, 401, 404, 405, 500, 503}, true},
 		{"GET", "/v1/idempotency_keys/{key}", []int{200, 401, 404, 405, 500, 503}, true},
+		{"GET", "/v1/idempotency_keys/{key}/timeline", []int{200, 401, 404, 405, 500, 503}, true},
 		{"GET", "/v1/events", []int{200, 400, 401, 404, 405, 500, 503}, true},
 		{"GET", "/v1/events/{id}", []int{200, 401, 404, 405, 500, 503}, true},
 		{"GET", "/v1/events/{id}/deliveries", []int{200, 401, 404, 405, 500, 503}, true},

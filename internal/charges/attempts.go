@@ -177,7 +177,7 @@ func lookUpEarlier(ctx context.Context, routes Routes, c *Charge) (psp.Outcome, 
 		for _, auth := range list {
 			if auth.Status == psp.StatusAuthorized {
 				return psp.Outcome{Class: psp.ClassSuccess, Authorization: auth, StatusCode: 200,
-					FoundByLookup: true, Lookups: out.Lookups, PSP: a.PSP}, true, nil
+					FoundByLookup: true, Lookups: out.Lookups, PSP: a.PSP, Call: psp.CallAuthorize, Key: a.Key}, true, nil
 			}
 		}
 	}

@@ -127,6 +127,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		r.Get("/refunds", s.listRefunds)
 		r.Get("/refunds/{id}", s.getRefund)
 		r.Get("/idempotency_keys", s.listKeys)
+		r.Get("/idempotency_keys/{key}/timeline", s.getKeyTimeline)
 		r.Get("/idempotency_keys/*", s.getKey)
 		r.Get("/events", s.listEvents)
 		r.Get("/events/{id}", s.getEvent)

@@ -18,6 +18,8 @@ type Lease struct {
 	// Record is the key as it was when the lease was taken. Its Point is
 	// where the holder resumes.
 	Record Record
+
+	notes []Entry // timeline entries for the holder's next write (Note)
 }
 
 // advanceSQL fences a phase and records its recovery point. Callers run it
@@ -26,11 +28,13 @@ type Lease struct {
 // the phase before any of its effects is written. It also renews the lease:
 // a worker that makes progress is alive. A failed fence fails the statement
 // (see fenced), so that it can be queued in a pipelined transaction whose
-// Exec has no rows affected to look at.
+// Exec has no rows affected to look at. The timeline gains the holder's
+// notes and "reached" ($7).
 var advanceSQL = fenced(`
 UPDATE idempotency_keys
    SET recovery_point = $5,
-       locked_until = phasepay_now() + $6 * interval '1 microsecond'
+       locked_until = phasepay_now() + $6 * interval '1 microsecond',
+       timeline = phasepay_timeline_append(timeline, $7, lock_version)
  WHERE tenant_id = $1 AND key = $2 AND created_at = $3
    AND lock_version = $4
    AND state = 'started'`, "advance")
@@ -40,16 +44,21 @@ UPDATE idempotency_keys
 // It returns ErrLeaseLost if the lease was taken over or the key finished.
 func (l *Lease) Advance(ctx context.Context, tx pgx.Tx, point RecoveryPoint) error {
 	r := l.Record
-	_, err := tx.Exec(ctx, advanceSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, string(point), l.store.cfg.Lease.Microseconds())
+	_, err := tx.Exec(ctx, advanceSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, string(point), l.store.cfg.Lease.Microseconds(),
+		l.take(Entry{Kind: KindReached, RecoveryPoint: point}))
 	return fenceError(err, "advance %q to %s", r.Key, point)
 }
 
 // finishSQL stores the response and ends the key, fenced like advanceSQL.
+// The timeline gains the holder's notes (the PSP call just answered) and
+// "finished" ($8); nobody holds the key any more.
 var finishSQL = fenced(`
 UPDATE idempotency_keys
    SET state = 'done',
        recovery_point = 'done',
        locked_until = NULL,
+       holder = NULL,
+       timeline = phasepay_timeline_append(timeline, $8, lock_version),
        next_attempt_at = NULL,
        last_error = NULL,
        response_status = $5,
@@ -64,7 +73,8 @@ UPDATE idempotency_keys
 // the request's last effect. It returns ErrLeaseLost if the lease was lost.
 func (l *Lease) Finish(ctx context.Context, tx pgx.Tx, resp Response) error {
 	r := l.Record
-	_, err := tx.Exec(ctx, finishSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, resp.Status, resp.ContentType, resp.Body)
+	_, err := tx.Exec(ctx, finishSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, resp.Status, resp.ContentType, resp.Body,
+		l.take(Entry{Kind: KindFinished, ResponseStatus: resp.Status}))
 	return fenceError(err, "finish %q", r.Key)
 }
 

@@ -66,7 +66,7 @@ type Queuer interface {
 // here once the function has returned its row (a plpgsql set-returning
 // function runs to completion before its caller reads the first row).
 const claimFuncSQL = `SELECT current_setting('phasepay.claim') = 'created', ` + recordColumns + `
-  FROM idempotency_keys_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+  FROM idempotency_keys_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
 // claimedSQL fails with PPK01 (ErrKeyExists) unless the claim before it
 // created the key: queued between the claim and the first phase's writes,
@@ -105,7 +105,8 @@ func (s *Store) QueueClaim(q Queuer, p ClaimParams) *QueuedClaim {
 		LockVersion: 1, Leased: true, Due: true, ObjectID: p.ObjectID, TraceContext: p.TraceContext,
 	}}}
 	q.QueueRow(claimFuncSQL, []any{p.TenantID, p.Key, p.Request.Fingerprint[:], p.Request.Method, p.Request.Path,
-		p.Request.Body, s.cfg.Lease.Microseconds(), p.TraceContext, string(point), p.ObjectID},
+		p.Request.Body, s.cfg.Lease.Microseconds(), p.TraceContext, string(point), p.ObjectID,
+		s.holderColumn(), s.claimEntries(point)},
 		func(row pgx.Row) error {
 			var created bool
 			rec, err := scanRecord(row, &created)

@@ -25,24 +25,41 @@ import (
 //     instead: no next attempt, until an operator acts. last_error stays as
 //     its reason.
 //
+// The timeline gains the holder's notes ($10: the PSP call that failed)
+// and "released" with the reason in stable words ($11), the raw cause and
+// the next attempt just decided: the jitter is drawn once (FROM jitter), so
+// that the next attempt written in the entry is the one set.
+//
 // Fenced like every write of a holder: a worker that lost its lease cannot
 // reschedule (or give up on) a key someone else now holds.
 const releaseSQL = `
 UPDATE idempotency_keys
    SET locked_until = NULL,
+       holder = NULL,
        attempts = attempts + 1,
        last_error = left($5, 1000),
        state = CASE WHEN created_at <= phasepay_now() - $9 * interval '1 microsecond'
                     THEN 'needs_attention' ELSE 'started' END,
-       next_attempt_at = CASE WHEN created_at <= phasepay_now() - $9 * interval '1 microsecond' THEN NULL
-           ELSE phasepay_now() + greatest(
-                    least(least($6 * power(2, least(attempts, 40)), $7) * (0.75 + random() / 2), $7),
-                    $8) * interval '1 microsecond'
+       next_attempt_at = ` + releaseNextAttemptSQL + `,
+       timeline = CASE WHEN $10::text IS NULL THEN timeline
+           ELSE phasepay_timeline_append(timeline, $10, lock_version) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                'at', phasepay_timeline_time(phasepay_now()), 'kind', 'released', 'holder', $12::text,
+                'lock_version', lock_version, 'reason', $11::text, 'detail', left($5, 1000),
+                'next_attempt_at', phasepay_timeline_time(` + releaseNextAttemptSQL + `))))
            END
+  FROM (SELECT random() AS r) jitter
  WHERE tenant_id = $1 AND key = $2 AND created_at = $3
    AND lock_version = $4
    AND state = 'started'
 RETURNING state, next_attempt_at, greatest(1, ceil(extract(epoch FROM next_attempt_at - phasepay_now())))::int`
+
+// releaseNextAttemptSQL is the next attempt releaseSQL decides (NULL: given
+// up), from the key's row before the release and the jitter drawn once.
+const releaseNextAttemptSQL = `CASE WHEN created_at <= phasepay_now() - $9 * interval '1 microsecond' THEN NULL
+           ELSE phasepay_now() + greatest(
+                    least(least($6 * power(2, least(attempts, 40)), $7) * (0.75 + jitter.r / 2), $7),
+                    $8) * interval '1 microsecond'
+           END`
 
 // Released is what Release decided for the key.
 type Released struct {
@@ -72,7 +89,9 @@ type beginner interface {
 // Release ends the holder's attempt without finishing: the lease is given
 // up at the key's last recovery point and the next attempt is scheduled
 // (see releaseSQL), no sooner than notBefore from now (a PSP's Retry-After;
-// 0 for the schedule alone). cause is recorded as the key's last_error.
+// 0 for the schedule alone). cause is recorded as the key's last_error and
+// as the detail of the timeline's released entry, whose reason is the
+// cause's stable words (Because).
 // It returns ErrLeaseLost if the lease was already lost, in which case
 // there is nothing to release. With a Config.NeedsAttention hook, the
 // release runs in a transaction of its own on q (a savepoint if q is one)
@@ -83,6 +102,9 @@ func (l *Lease) Release(ctx context.Context, q DBTX, cause error, notBefore time
 	if cause != nil {
 		msg = cause.Error()
 	}
+	// The notes go with this statement, whichever way it ends: a release
+	// that fails is not tried again with them.
+	notes, reason := l.take(), reasonOf(cause)
 	var rel Released
 	release := func(q DBTX) error {
 		var (
@@ -92,7 +114,7 @@ func (l *Lease) Release(ctx context.Context, q DBTX, cause error, notBefore time
 		rel = Released{}
 		err := q.QueryRow(ctx, releaseSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, msg,
 			l.store.cfg.RetryBase.Microseconds(), l.store.cfg.RetryMax.Microseconds(), notBefore.Microseconds(),
-			l.store.cfg.GiveUpAfter.Microseconds()).Scan(&state, &next, &rel.RetryAfter)
+			l.store.cfg.GiveUpAfter.Microseconds(), notes, reason, l.store.holder).Scan(&state, &next, &rel.RetryAfter)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("release %q: %w", r.Key, ErrLeaseLost)
 		}

@@ -49,12 +49,21 @@ type Config struct {
 	// (see Lease.Release): the api and the reaper set it to write the
 	// request.needs_attention event.
 	NeedsAttention NeedsAttentionHook
+	// Role is this process's part, the first word of the holder its
+	// timeline entries name: RoleAPI (the default), RoleReaper or
+	// RoleOperator (bin/api requests). See timeline.go.
+	Role string
+	// TimelineOff (TIMELINE=off) records no timeline and no holder: for
+	// make bench's on/off measurement of what they cost, not for
+	// production.
+	TimelineOff bool
 }
 
 // Store claims and advances keys. It holds no connection: every method runs
 // on the DBTX or transaction it is given.
 type Store struct {
-	cfg Config
+	cfg    Config
+	holder string
 }
 
 // NewStore returns a Store, filling Config's defaults.
@@ -63,6 +72,7 @@ func NewStore(cfg Config) (*Store, error) {
 	cfg.RetryBase = cmp.Or(cfg.RetryBase, RetryBaseDefault)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, RetryMaxDefault)
 	cfg.GiveUpAfter = cmp.Or(cfg.GiveUpAfter, GiveUpAfterDefault)
+	cfg.Role = cmp.Or(cfg.Role, RoleAPI)
 	if cfg.Lease < time.Second {
 		return nil, fmt.Errorf("idempotency: lease %s is shorter than 1s", cfg.Lease)
 	}
@@ -72,7 +82,7 @@ func NewStore(cfg Config) (*Store, error) {
 	if cfg.GiveUpAfter < 0 {
 		return nil, fmt.Errorf("idempotency: GIVE_UP_AFTER %s must be positive", cfg.GiveUpAfter)
 	}
-	return &Store{cfg: cfg}, nil
+	return &Store{cfg: cfg, holder: newHolder(cfg.Role)}, nil
 }
 
 // Lease returns the configured lease duration.
@@ -104,8 +114,9 @@ WITH existing AS (
 ), inserted AS (
     INSERT INTO idempotency_keys
            (tenant_id, key, fingerprint, request_method, request_path, request_body, locked_until, trace_context,
-            recovery_point, object_id)
-    SELECT $1, $2, $3, $4, $5, $6, phasepay_now() + $7 * interval '1 microsecond', nullif($8, ''), $9, nullif($10, '')
+            recovery_point, object_id, holder, timeline)
+    SELECT $1, $2, $3, $4, $5, $6, phasepay_now() + $7 * interval '1 microsecond', nullif($8, ''), $9, nullif($10, ''),
+           $11, phasepay_timeline_append(NULL, $12, 1)
      WHERE NOT EXISTS (SELECT 1 FROM existing)
     RETURNING ` + recordColumns + `
 )
@@ -154,8 +165,9 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p ClaimParams) (rec Record
 	// only once the lock is granted.
 	batch := &pgx.Batch{}
 	batch.Queue(claimLockSQL, tenantID, key)
+	point := cmp.Or(p.Point, PointStart)
 	batch.Queue(claimSQL, tenantID, key, req.Fingerprint[:], req.Method, req.Path, req.Body,
-		s.cfg.Lease.Microseconds(), p.TraceContext, string(cmp.Or(p.Point, PointStart)), p.ObjectID)
+		s.cfg.Lease.Microseconds(), p.TraceContext, string(point), p.ObjectID, s.holderColumn(), s.claimEntries(point))
 	results := tx.SendBatch(ctx, batch)
 	defer results.Close()
 	var isolation, ignored string
@@ -231,7 +243,9 @@ func (s *Store) LeaseOf(rec Record) *Lease {
 const takeOverSQL = `
 UPDATE idempotency_keys
    SET lock_version = lock_version + 1,
-       locked_until = phasepay_now() + $5 * interval '1 microsecond'
+       locked_until = phasepay_now() + $5 * interval '1 microsecond',
+       holder = $6,
+       timeline = phasepay_timeline_append(timeline, $7, lock_version + 1)
  WHERE tenant_id = $1 AND key = $2 AND created_at = $3
    AND lock_version = $4
    AND state = 'started'
@@ -248,7 +262,8 @@ func (s *Store) TakeOver(ctx context.Context, q DBTX, rec Record) (*Lease, error
 		// from, were never read.
 		return nil, fmt.Errorf("take over %q: a record read by Peek cannot be taken over", rec.Key)
 	}
-	err := q.QueryRow(ctx, takeOverSQL, rec.TenantID, rec.Key, rec.CreatedAt, rec.LockVersion, s.cfg.Lease.Microseconds()).
+	err := q.QueryRow(ctx, takeOverSQL, rec.TenantID, rec.Key, rec.CreatedAt, rec.LockVersion, s.cfg.Lease.Microseconds(),
+		s.holderColumn(), s.takenOverEntries()).
 		Scan(&rec.LockVersion, &rec.Point)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("take over %q: %w", rec.Key, ErrInProgress)
@@ -271,7 +286,9 @@ const takeOverExpiredSQL = `
 WITH due AS (` + dueKeysSQL + `)
 UPDATE idempotency_keys k
    SET lock_version = k.lock_version + 1,
-       locked_until = phasepay_now() + $2 * interval '1 microsecond'
+       locked_until = phasepay_now() + $2 * interval '1 microsecond',
+       holder = $3,
+       timeline = phasepay_timeline_append(k.timeline, $4, k.lock_version + 1)
   FROM due
  WHERE k.tenant_id = due.tenant_id AND k.key = due.key AND k.created_at = due.created_at
 RETURNING false, ` + qualifiedRecordColumns
@@ -303,7 +320,7 @@ const qualifiedRecordColumns = `k.tenant_id, k.key, k.created_at, k.fingerprint,
 // TakeOverExpired takes over up to limit abandoned keys (started, lease
 // expired, retry backoff over) and returns their leases.
 func (s *Store) TakeOverExpired(ctx context.Context, q DBTX, limit int) ([]*Lease, error) {
-	rows, err := q.Query(ctx, takeOverExpiredSQL, limit, s.cfg.Lease.Microseconds())
+	rows, err := q.Query(ctx, takeOverExpiredSQL, limit, s.cfg.Lease.Microseconds(), s.holderColumn(), s.takenOverEntries())
 	if err != nil {
 		return nil, fmt.Errorf("take over expired: %w", err)
 	}

@@ -111,7 +111,8 @@ func step[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], 
 		}
 		out, err := e.call(ctx, run.Lease, func(ctx context.Context) (psp.Outcome, error) { return first.Call(ctx, run) })
 		if out.Class == psp.ClassBusy || out.Class == psp.ClassUnknown {
-			return released{e.release(ctx, run.Lease, cmp.Or(run.ObjectID, run.Lease.Record.ObjectID), err, out.RetryAfter)}
+			return released{e.release(ctx, run.Lease, cmp.Or(run.ObjectID, run.Lease.Record.ObjectID),
+				withReason(pspReason(out, err), err), out.RetryAfter)}
 		}
 		if err := e.crash(ctx, CrashAfterPSPCall); err != nil {
 			return err
@@ -234,7 +235,8 @@ func commitArrows[S any](ctx context.Context, e *Engine, tx pgx.Tx, run *Run[S],
 
 // call makes an arrow's foreign call. A heartbeat keeps the lease while the
 // call is slow, and is stopped before this returns, so that it can never
-// renew a lease the caller then releases.
+// renew a lease the caller then releases. The call is noted for the
+// request's timeline, written with the holder's next statement.
 func (e *Engine) call(ctx context.Context, lease *idempotency.Lease, fn func(context.Context) (psp.Outcome, error)) (psp.Outcome, error) {
 	hbCtx, stop := context.WithCancel(ctx)
 	beat := make(chan struct{})
@@ -246,6 +248,7 @@ func (e *Engine) call(ctx context.Context, lease *idempotency.Lease, fn func(con
 	start := time.Now()
 	out, err := fn(ctx)
 	e.recordPSP(ctx, start, out)
+	notePSPCall(lease, out, time.Since(start))
 	return out, err
 }
 
@@ -284,6 +287,7 @@ func (e *Engine) release(ctx context.Context, lease *idempotency.Lease, objectID
 // same PSP key. Wait waits for these to end.
 func (e *Engine) releaseLater(lease *idempotency.Lease, cause error) {
 	giveUp := time.Now().Add(e.keys.Lease())
+	cause = withReason(reasonDatabaseUnavailable, cause)
 	e.background.Go(func() {
 		pause := 100 * time.Millisecond
 		for {

@@ -130,7 +130,7 @@ func (e *Engine) Resume(ctx context.Context, lease *idempotency.Lease) (idempote
 		}
 	}
 	err := fmt.Errorf("%s %s: %w", lease.Record.Request.Method, lease.Record.Request.Path, ErrNoOperation)
-	_, rerr := lease.Release(ctx, e.pool, err, 0)
+	_, rerr := lease.Release(ctx, e.pool, idempotency.Because(reasonNoOperation, err), 0)
 	return idempotency.Response{}, errors.Join(err, rerr)
 }
 

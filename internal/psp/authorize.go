@@ -62,6 +62,7 @@ func (c *Client) AuthorizeOutcome(ctx context.Context, req AuthorizeRequest) (Ou
 			found := pickAuthorization(list)
 			return Outcome{Class: Classify(200, found.Status, nil), Authorization: found}, true, nil
 		})
+	out.Call, out.Key = CallAuthorize, req.IdempotencyKey
 	if err != nil {
 		return out, fmt.Errorf("authorize %s: %w", req.IdempotencyKey, err)
 	}

@@ -148,7 +148,15 @@ type Outcome struct {
 	// PSP names the PSP that gave the outcome, when a router chose among
 	// several (internal/routing); empty from a Client alone.
 	PSP string
+	// Call names the operation (CallAuthorize, or an OperationKind's Call:
+	// capture, void, refund) and Key the idempotency key it was sent
+	// under, for the request's timeline; empty when the call was not made
+	// through AuthorizeOutcome or OperateOutcome.
+	Call, Key string
 }
+
+// CallAuthorize is Outcome.Call for an authorization.
+const CallAuthorize = "authorize"
 
 // Declined reports whether the outcome is a decline: a final failure that
 // carries the PSP's result (and its id), unlike a refusal.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 )
 
 // OperationKind names a capture, void or refund as its endpoint does
@@ -20,6 +21,9 @@ const (
 )
 
 // success is the status of a done operation of kind.
+// Call names the operation as Outcome.Call does: capture, void, refund.
+func (k OperationKind) Call() string { return strings.TrimSuffix(string(k), "s") }
+
 func (k OperationKind) success() string {
 	switch k {
 	case KindCapture:
@@ -118,6 +122,7 @@ func (c *Client) OperateOutcome(ctx context.Context, req OperationRequest) (Outc
 			}
 			return Outcome{Class: ClassSuccess, Operation: list[i]}, true, nil
 		})
+	out.Call, out.Key = req.Kind.Call(), req.IdempotencyKey
 	if err != nil {
 		return out, fmt.Errorf("%s %s: %w", req.Kind, req.IdempotencyKey, err)
 	}
