@@ -11,6 +11,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
 // A charge's page: the charge, its authorization's attempts across PSPs,
@@ -109,16 +110,58 @@ func (s *Server) charge(r *http.Request) (view, error) {
 // creation on.
 func (s *Server) chargeEvents(ctx context.Context, tenantID int64, c *charges.Charge, refunds []refundRow) ([]eventRef, error) {
 	now := time.Now().Add(time.Minute)
-	evs, err := s.eventsOf(ctx, tenantID, c.ID, "", c.CreatedAt, now)
+	evs, err := s.eventsOf(ctx, tenantID, c.ID, c.CreatedAt, now)
 	if err != nil {
 		return nil, err
 	}
 	for _, rf := range refunds {
-		more, err := s.eventsOf(ctx, tenantID, rf.ID, "", rf.CreatedAt, now)
+		more, err := s.eventsOf(ctx, tenantID, rf.ID, rf.CreatedAt, now)
 		if err != nil {
 			return nil, err
 		}
 		evs = append(evs, more...)
+	}
+	return evs, nil
+}
+
+// objectEventsSQL finds the events about an object ($4), written between
+// $2 and $3, through events_tenant_created. Events carry their object only
+// in their body, so the window (from the object's creation) bounds the
+// read; a charge's requests' own events are found by their instants
+// instead (package timeline), but a charge's captures and voids are
+// requests the console cannot find by charge (idempotency_keys has no
+// index on object_id, and an operator page is no reason for one).
+const objectEventsSQL = `
+SELECT id, type, created_at FROM events
+ WHERE tenant_id = $1 AND created_at >= $2 AND created_at <= $3
+   AND convert_from(body, 'UTF8')::jsonb #>> '{data,object,id}' = $4
+ ORDER BY created_at, id
+ LIMIT 100`
+
+// eventRef is an event and its deliveries, as the charge page shows them.
+type eventRef struct {
+	ID         string
+	Type       string
+	CreatedAt  time.Time
+	Deliveries []webhooks.Delivery
+}
+
+func (s *Server) eventsOf(ctx context.Context, tenantID int64, objectID string, from, to time.Time) ([]eventRef, error) {
+	rows, err := s.cfg.Pool.Query(ctx, objectEventsSQL, tenantID, from, to, objectID)
+	if err != nil {
+		return nil, fmt.Errorf("events of %s: %w", objectID, err)
+	}
+	evs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (eventRef, error) {
+		var e eventRef
+		return e, row.Scan(&e.ID, &e.Type, &e.CreatedAt)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("events of %s: %w", objectID, err)
+	}
+	for i := range evs {
+		if evs[i].Deliveries, err = webhooks.Deliveries(ctx, s.cfg.Pool, tenantID, evs[i].ID); err != nil {
+			return nil, err
+		}
 	}
 	return evs, nil
 }

@@ -34,8 +34,8 @@ type world struct {
 	*chargestest.Bundle
 	// Live reads at the real clock, as the console does (the bundle's Pool
 	// stands at T0).
-	Live *pgxpool.Pool
-	Base string // the console's base URL
+	Live   *pgxpool.Pool
+	Base   string // the console's base URL
 	PSPURL string
 }
 

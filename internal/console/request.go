@@ -78,8 +78,7 @@ func (s *Server) requestData(ctx context.Context, tenantName, key string) (*requ
 	if err != nil {
 		return nil, err
 	}
-	d := &requestData{Tenant: t.Name, View: v, LockVersion: rec.LockVersion, TraceID: traceID(rec.TraceContext),
-		HasPSP: s.cfg.Desk.HasPSP()}
+	d := &requestData{Tenant: t.Name, View: v, LockVersion: rec.LockVersion, HasPSP: s.cfg.Desk.HasPSP()}
 	d.CanRetry = v.State == idempotency.ViewUnfinished || v.State == idempotency.ViewNeedsAttention
 	d.CanResolve = v.State == idempotency.ViewNeedsAttention
 	if rec.Response != nil {
@@ -96,20 +95,10 @@ func (s *Server) requestData(ctx context.Context, tenantName, key string) (*requ
 	if d.Resolutions, err = charges.ResolutionsOf(ctx, s.cfg.Pool, rec.ID()); err != nil {
 		return nil, err
 	}
-	if d.Timeline, err = s.timelineOf(ctx, rec.ID(), v); err != nil {
+	if d.Timeline, d.TraceID, err = s.timelineOf(ctx, t.ID, v); err != nil {
 		return nil, err
 	}
 	return d, nil
-}
-
-// traceID is the trace id of a W3C traceparent ("00-<trace id>-<span
-// id>-<flags>"), for finding the request's trace; empty without one.
-func traceID(traceparent string) string {
-	parts := strings.Split(traceparent, "-")
-	if len(parts) != 4 || len(parts[1]) != 32 {
-		return ""
-	}
-	return parts[1]
 }
 
 // validText is a value PostgreSQL can compare with text: anything else

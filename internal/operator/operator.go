@@ -8,6 +8,7 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,6 +65,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Desk, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	// What the desk writes in a key's timeline names an operator.
+	cfg.Keys.Role = cmp.Or(cfg.Keys.Role, idempotency.RoleOperator)
 	keys, err := idempotency.NewStore(cfg.Keys)
 	if err != nil {
 		return nil, err
