@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
 // One request's page: where it stands, its life on a time axis, its
@@ -82,7 +84,7 @@ func (s *Server) requestData(ctx context.Context, tenantName, key string) (*requ
 	d.CanRetry = v.State == idempotency.ViewUnfinished || v.State == idempotency.ViewNeedsAttention
 	d.CanResolve = v.State == idempotency.ViewNeedsAttention
 	if rec.Response != nil {
-		d.Answer = &answer{Status: rec.Response.Status, ContentType: rec.Response.ContentType, Body: prettyJSON(rec.Response.Body)}
+		d.Answer = &answer{Status: rec.Response.Status, ContentType: rec.Response.ContentType, Body: redactSecrets(prettyJSON(rec.Response.Body))}
 	}
 	if strings.HasPrefix(v.ObjectID, "ch_") {
 		d.ChargeID = v.ObjectID
@@ -99,6 +101,16 @@ func (s *Server) requestData(ctx context.Context, tenantName, key string) (*requ
 		return nil, err
 	}
 	return d, nil
+}
+
+// secretRE matches a webhook signing secret: the stored answer of an
+// endpoint's creation carries it (its client may replay it), an
+// operator's screen never shows it (CONTRACT.md: operator views print
+// whsec_… redacted).
+var secretRE = regexp.MustCompile(regexp.QuoteMeta(webhooks.SecretPrefix) + `[A-Za-z0-9]+`)
+
+func redactSecrets(s string) string {
+	return secretRE.ReplaceAllLiteralString(s, webhooks.SecretPrefix+"… (redacted)")
 }
 
 // validText is a value PostgreSQL can compare with text: anything else

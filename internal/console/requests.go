@@ -48,7 +48,7 @@ type requestsData struct {
 	States                              []idempotency.ViewState
 	Operations                          []string
 	Rows                                []requestRow
-	// Next is the query of the next page, empty on the last.
+	// Next is the address of the next page, empty on the last.
 	Next string
 }
 
@@ -121,7 +121,7 @@ func (s *Server) requests(r *http.Request) (view, error) {
 			next[k] = v
 		}
 		setCursor(next, idempotency.CursorOf(views[len(views)-1]))
-		d.Next = next.Encode()
+		d.Next = "/requests?" + next.Encode()
 	}
 	if d.Rows, err = s.withTenantNames(ctx, views); err != nil {
 		return view{}, err
