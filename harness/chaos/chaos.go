@@ -206,6 +206,10 @@ type Summary struct {
 	// Routing: failovers, breakers and stretches with several PSPs
 	// (routing.go); nil with one.
 	Routing *RoutingStats `json:"routing,omitempty"`
+
+	// Timeline is the run's faults and, per second, what the requests did
+	// (series.go), drawn by Report.
+	Timeline *RunTimeline `json:"timeline,omitempty"`
 }
 
 // Table renders the summary as a table.

@@ -63,7 +63,9 @@ func (h *harness) collect() {
 		w.mu.Lock()
 		sum.Restarts += w.restarts
 		w.mu.Unlock()
-		countCrashPoints(w.logText(), sum.CrashPoints)
+		countCrashPoints(w.logText(), sum.CrashPoints, func(at time.Time, point string) {
+			h.rec.MarkAt(at, "crash", w.name, "crashed itself at "+point)
+		})
 	}
 	sum.Violations = append(sum.Violations, h.monoFaults...)
 	sum.DBRestarts = int(h.db.restarts.Load())
@@ -138,14 +140,18 @@ func recoveredPanics(logs string) []string {
 	return out
 }
 
-func countCrashPoints(logs string, into map[string]int) {
+func countCrashPoints(logs string, into map[string]int, at func(time.Time, string)) {
 	for _, line := range strings.Split(logs, "\n") {
 		if !strings.Contains(line, `"msg":"chaos crash"`) {
 			continue
 		}
-		var rec struct{ Point string }
+		var rec struct {
+			Time  time.Time
+			Point string
+		}
 		if json.Unmarshal([]byte(line), &rec) == nil {
 			into[rec.Point]++
+			at(rec.Time, rec.Point)
 		}
 	}
 }

@@ -18,7 +18,7 @@ func (h *harness) injectFaults(ctx context.Context) {
 	cfg, st := h.cfg, h.st
 	// The database's restarts, on a schedule of their own.
 	h.db = &dbChaos{cluster: st.cluster, cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x64627273)),
-		dbURL: st.dbURL, bases: st.bases, reapers: st.reaperNames}
+		dbURL: st.dbURL, bases: st.bases, reapers: st.reaperNames, rec: h.rec}
 	h.dbDone = make(chan error, 1)
 	if st.cluster != nil {
 		go func() { h.dbDone <- h.db.run(ctx, &h.finished, h.clientsDone, cfg.Progress) }()
@@ -27,9 +27,12 @@ func (h *harness) injectFaults(ctx context.Context) {
 	}
 
 	// The PSP's outages, on a schedule of their own.
-	h.outages = &pspOutages{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x6f757467)), pspURL: st.pspURL}
+	h.outages = &pspOutages{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x6f757467)), pspURL: st.pspURL, rec: h.rec}
 	h.outagesDone = make(chan error, 1)
 	go func() { h.outagesDone <- h.outages.run(ctx, h.clientsDone, cfg.Progress) }()
+	if st.psps != nil {
+		st.psps.rec = h.rec
+	}
 	st.psps.startStretches(ctx, h.clientsDone, cfg.Progress, h.transport, st.apiKey)
 
 	h.chaosDone = make(chan struct{})
@@ -66,6 +69,7 @@ func (h *harness) control() {
 		w := workers[rnd.IntN(len(workers))]
 		if rnd.IntN(10) < 6 {
 			w.signal(syscall.SIGKILL)
+			h.rec.Mark("kill", w.name, "SIGKILL")
 			sum.Kills++
 			continue
 		}
@@ -76,6 +80,7 @@ func (h *harness) control() {
 			continue
 		}
 		w.signal(syscall.SIGSTOP)
+		thawed := h.rec.Begin("pause", w.name, "SIGSTOP past its lease, then SIGCONT")
 		sum.Pauses++
 		// Frozen past its lease, so another worker or a reaper takes
 		// its keys over and the thawed worker meets the fence.
@@ -83,6 +88,7 @@ func (h *harness) control() {
 		pauses.Go(func() {
 			time.Sleep(thaw)
 			w.signal(syscall.SIGCONT)
+			thawed()
 		})
 	}
 }

@@ -38,6 +38,8 @@ type harness struct {
 	// own.
 	rnd *rand.Rand
 	sum *Summary
+	// rec records the faults and the series of the run (series.go).
+	rec *recorder
 
 	// lock_version must only grow: sampled while the chaos runs, until
 	// stopSampling; sampled is closed when the sampler has returned.
@@ -76,6 +78,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	cfg.defaults()
 	h := &harness{cfg: &cfg, start: time.Now(), rnd: rand.New(rand.NewPCG(cfg.Seed, 0x70706179)),
 		sum: &Summary{Seed: cfg.Seed, Intents: cfg.Intents, CrashPoints: map[string]int{}}}
+	h.rec = newRecorder(h.start)
 
 	// Deferred first, so closed last: see stack.close.
 	h.st = &stack{cfg: &cfg}
@@ -88,7 +91,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	h.startSampling(ctx)
 	defer h.stopSampling()
 	h.planIntents()
-	h.transport = &rotatingTransport{bases: h.st.bases, next: &atomic.Uint64{}, rt: &http.Transport{MaxIdleConnsPerHost: 64}}
+	h.transport = &rotatingTransport{bases: h.st.bases, next: &atomic.Uint64{}, rt: &http.Transport{MaxIdleConnsPerHost: 64}, rec: h.rec}
 	defer h.transport.rt.CloseIdleConnections()
 	if err := h.newClient(); err != nil {
 		return nil, err
@@ -116,6 +119,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	h.sum.Duration = time.Since(h.start).Truncate(time.Millisecond).String()
+	h.sum.Timeline = h.rec.Timeline()
 	return h.sum, nil
 }
 
@@ -127,6 +131,11 @@ func (h *harness) startSampling(ctx context.Context) {
 	go func() {
 		defer close(h.sampled)
 		seen := map[string]int64{}
+		// Every takeover bumps its key's lock_version: the sum over the
+		// keys of lock_version - 1 is the takeovers so far, and what it
+		// grew by since the last sample the takeovers since (a sample cut
+		// short by a database restart counts nothing).
+		var takeovers int64
 		for h.sampleCtx.Err() == nil {
 			for k, v := range sampleLockVersions(h.sampleCtx, h.st.pool) {
 				if prev, ok := seen[k]; ok && v < prev {
@@ -135,6 +144,14 @@ func (h *harness) startSampling(ctx context.Context) {
 					h.monoMu.Unlock()
 				}
 				seen[k] = max(seen[k], v)
+			}
+			var total int64
+			for _, v := range seen {
+				total += v - 1
+			}
+			if total > takeovers {
+				h.rec.Count(chartTakeovers, "takeovers", float64(total-takeovers))
+				takeovers = total
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -192,7 +209,7 @@ func (h *harness) subscribe(ctx context.Context) error {
 	if h.sum.Webhooks.Endpoint, err = h.sink.register(ctx, h.transport, h.st.apiKey); err != nil {
 		return err
 	}
-	h.backlog = &backlogSampler{}
+	h.backlog = &backlogSampler{rec: h.rec}
 	go h.backlog.run(h.sampleCtx, h.st.pool)
 	h.ops = newOpDriver(h.transport, h.st.apiKey, h.cfg)
 	return nil
@@ -210,7 +227,9 @@ func (h *harness) driveIntents(ctx context.Context) {
 		for range h.cfg.Concurrency {
 			wg.Go(func() {
 				for it := range work {
+					h.rec.Count(chartIntents, "started", 1)
 					drive(ctx, h.cl, it)
+					h.rec.Count(chartIntents, "ended "+it.outcome(), 1)
 					h.ops.goLive(ctx, it, func() { h.finished.Add(1) })
 				}
 			})
@@ -243,12 +262,29 @@ func drive(ctx context.Context, cl *client.Client, it *intent) {
 	}
 }
 
+// outcome names how an intent ended, for the series of ends.
+func (it *intent) outcome() string {
+	switch {
+	case it.status == http.StatusCreated:
+		return "authorized"
+	case it.code == "card_declined":
+		return "declined"
+	case it.status == http.StatusPaymentRequired:
+		return "failed"
+	case it.code == "payment_unresolved":
+		return "needs_attention"
+	}
+	return "without an answer"
+}
+
 // rotatingTransport sends each attempt to the next worker, so that a retry
-// after a dead or frozen worker lands elsewhere and takes the key over.
+// after a dead or frozen worker lands elsewhere and takes the key over. It
+// records each attempt's latency, to its answer's headers or its error.
 type rotatingTransport struct {
 	bases []string
 	next  *atomic.Uint64
 	rt    *http.Transport
+	rec   *recorder
 }
 
 func (t *rotatingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -260,7 +296,10 @@ func (t *rotatingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.URL.Host = u.Host
 	r.Host = u.Host
-	return t.rt.RoundTrip(r)
+	start := time.Now()
+	resp, err := t.rt.RoundTrip(r)
+	t.rec.Observe(chartLatency, "latency", "ms", float64(time.Since(start).Microseconds())/1000)
+	return resp, err
 }
 
 // answerClass names a failed attempt's answer for the summary: the status

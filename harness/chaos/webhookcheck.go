@@ -68,6 +68,7 @@ type WebhookStats struct {
 
 // backlogSampler records the largest webhook backlog while the run goes on.
 type backlogSampler struct {
+	rec      *recorder
 	mu       sync.Mutex
 	max      int64
 	maxDelay float64
@@ -95,6 +96,7 @@ func (b *backlogSampler) sample(ctx context.Context, pool *pgxpool.Pool) (webhoo
 	b.mu.Lock()
 	b.max, b.maxDelay = max(b.max, st.Pending), max(b.maxDelay, st.DueDelay)
 	b.mu.Unlock()
+	b.rec.Gauge(chartBacklog, "pending", "deliveries", float64(st.Pending))
 	return st, nil
 }
 

@@ -10,7 +10,9 @@
 // webhook sink with faults of its own (5xx, dropped connections, slow and
 // too-late answers) receives every event, each checked against what
 // committed. It prints a summary table and a one-line verdict, writes the
-// summary as JSON, and exits 1 on any violation.
+// summary as JSON and beside it an HTML report (the faults and what the
+// requests did on one time axis, harness/chaos/report.go), and exits 1 on
+// any violation.
 //
 //	chaos [-seed 1] [-intents 2000] [-concurrency 24] [-db-restarts 3] [-json bench/results/chaos.json]
 package main
@@ -76,7 +78,9 @@ func run(args []string, stdout io.Writer) int {
 	fs.BoolVar(&cfg.KeepDatabase, "keep-db", false, "keep the run's database (with -db-restarts 0 only)")
 	fs.IntVar(&cfg.PSPs, "psps", 1, "mock PSPs to route between (PSPS, PSP_ROUTING); above 1, one of them is down, refusing or dropping answers for stretches")
 	admin := fs.String("admin-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL to create the run's database on (with -db-restarts 0)")
-	jsonPath := fs.String("json", "", "write the summary as JSON to this file")
+	jsonPath := fs.String("json", "", "write the summary as JSON to this file, and the HTML report beside it (its name ending .html)")
+	htmlPath := fs.String("html", "", "write the HTML report to this file (default: beside -json)")
+	consoleURL := fs.String("console-url", "http://127.0.0.1:8081", "where the report's links of violations open the operator console (api console)")
 	binDir := fs.String("bin", "", "directory with api, reaper and mockpsp built with -tags chaos (default: build them)")
 	fs.StringVar(&cfg.Defect, "defect", "", "run the workers with a deliberate defect, to see the harness fail: "+faults.DefectFreshPSPKey+" or "+faults.DefectFailoverOnUnknown)
 	fs.Usage = func() {
@@ -140,6 +144,23 @@ func run(args []string, stdout io.Writer) int {
 			fmt.Fprintln(os.Stderr, "chaos: write summary:", err)
 			return 1
 		}
+	}
+	if *htmlPath == "" && *jsonPath != "" {
+		*htmlPath = strings.TrimSuffix(*jsonPath, filepath.Ext(*jsonPath)) + ".html"
+	}
+	if *htmlPath != "" {
+		report, err := chaos.Report(sum, *consoleURL)
+		if err == nil {
+			err = os.MkdirAll(filepath.Dir(*htmlPath), 0o755)
+		}
+		if err == nil {
+			err = os.WriteFile(*htmlPath, report, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: write report:", err)
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "chaos: report written to", *htmlPath)
 	}
 	if len(sum.Violations) > 0 {
 		return 1
