@@ -44,7 +44,9 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	b := chargestest.Setup(t, idempotency.Config{})
-	live := testdb.Pool(t, b.URL, time.Time{})
+	// A few connections: the tests share the server with every other
+	// package's.
+	live := testdb.Pool(t, b.URL, time.Time{}, func(c *pgxpool.Config) { c.MaxConns = 4 })
 	pspSrv := httptest.NewServer(b.Mock)
 	t.Cleanup(pspSrv.Close)
 	desk, err := operator.New(live, operator.Config{Keys: idempotency.Config{Lease: time.Minute, NeedsAttention: events.NeedsAttention}, PSPURL: pspSrv.URL})

@@ -81,8 +81,17 @@ func (s *Server) pspHealth(ctx context.Context) ([]pspHealth, error) {
 		name, outcome string
 		at            time.Time
 	)
+	single := len(s.cfg.Routing.PSPs) <= 1
 	_, err = pgx.ForEachRow(rows, []any{&name, &at, &outcome}, func() error {
-		calls[name] = append(calls[name], call{at, outcome})
+		if name == "" && single {
+			// A call recorded without its PSP's name, with one PSP
+			// configured: that one.
+			name = routing.DefaultName
+			if len(s.cfg.Routing.PSPs) == 1 {
+				name = s.cfg.Routing.PSPs[0].Name
+			}
+		}
+		calls[cmp.Or(name, "(not named)")] = append(calls[cmp.Or(name, "(not named)")], call{at, outcome})
 		return nil
 	})
 	if err != nil {

@@ -58,7 +58,15 @@ type lane struct {
 	Y, H, LabelY      float64
 	Held, Calls       []bar
 	Marks             []mark
+	// lastLabel is where the last label above (0) and below (1) the
+	// lane's middle ended, for placing the next one clear of them.
+	lastLabel [2]float64
 }
+
+// tlLabelGap is the room a mark's label takes on the drawing: a label
+// closer than this to the last one of its row goes to the other row, and
+// with both taken it is left to the mark's tooltip and the table.
+const tlLabelGap = 110.0
 
 type bar struct {
 	X, Y, W, H float64
@@ -123,7 +131,8 @@ func layoutTimeline(entries []timeline.Entry, ongoing bool, now time.Time) *time
 			i = len(tv.Lanes)
 			index[key] = i
 			y := tlTop + float64(i)*tlLaneH
-			tv.Lanes = append(tv.Lanes, lane{Label: label, Sub: sub, Title: title, Y: y, H: tlLaneH - 6, LabelY: y + 20})
+			tv.Lanes = append(tv.Lanes, lane{Label: label, Sub: sub, Title: title, Y: y, H: tlLaneH - 6, LabelY: y + 20,
+				lastLabel: [2]float64{-tlLabelGap, -tlLabelGap}})
 		}
 		return &tv.Lanes[i]
 	}
@@ -145,7 +154,7 @@ func layoutTimeline(entries []timeline.Entry, ongoing bool, now time.Time) *time
 		l.Held = append(l.Held, bar{X: x0, Y: l.Y + 8, W: max(x1-x0, 2), H: l.H - 16, Class: class,
 			Title: "held " + plot.Duration(at.Sub(from).Round(time.Millisecond))})
 	}
-	for i, e := range entries {
+	for _, e := range entries {
 		row := entryRow{At: e.At, Offset: "+" + plot.Duration(e.At.Sub(t0).Round(time.Microsecond)), Kind: string(e.Kind), Detail: describe(e)}
 		var l *lane
 		if e.Kind == timeline.KindEvent || e.Kind == timeline.KindWebhookAttempt {
@@ -156,13 +165,7 @@ func layoutTimeline(entries []timeline.Entry, ongoing bool, now time.Time) *time
 		}
 		row.Lane = l.Label
 		x := sc.At(e.At)
-		// Labels alternate above and below the lane's middle, so that
-		// neighbours do not print over each other.
-		labelY := l.Y + 6
-		if i%2 == 1 {
-			labelY = l.Y + l.H - 1
-		}
-		m := mark{X: x, Y: l.Y + l.H/2, LabelY: labelY, Class: string(e.Kind), Label: shortLabel(e), Title: describe(e)}
+		m := mark{X: x, Y: l.Y + l.H/2, Class: string(e.Kind), Title: describe(e)}
 		switch e.Kind {
 		case idempotency.KindClaimed, idempotency.KindTakenOver:
 			for h, from := range open {
@@ -182,12 +185,22 @@ func layoutTimeline(entries []timeline.Entry, ongoing bool, now time.Time) *time
 			tv.Rows = append(tv.Rows, row)
 			continue
 		case timeline.KindWebhookAttempt:
-			m.Class, m.Label = "delivery failed", ""
+			m.Class = "delivery failed"
 			if e.Status != nil && *e.Status >= 200 && *e.Status < 300 {
 				m.Class = "delivery ok"
 			}
 		case timeline.KindEvent:
 			m.Class = "event"
+		}
+		// Labels go above the lane's middle, or below it when the last one
+		// above is too close, or nowhere.
+		if label := shortLabel(e); label != "" {
+			for r, y := range []float64{l.Y + 6, l.Y + l.H - 1} {
+				if x-l.lastLabel[r] >= tlLabelGap {
+					m.Label, m.LabelY, l.lastLabel[r] = label, y, x
+					break
+				}
+			}
 		}
 		l.Marks = append(l.Marks, m)
 		tv.Rows = append(tv.Rows, row)
@@ -235,6 +248,8 @@ func shortLabel(e timeline.Entry) string {
 		return "finished " + strconv.Itoa(e.ResponseStatus)
 	case timeline.KindEvent:
 		return e.EventType
+	case timeline.KindWebhookAttempt:
+		return "" // many, and close together: the table says each
 	}
 	return string(e.Kind)
 }
