@@ -54,6 +54,10 @@ type Config struct {
 	// endpoints on loopback, private and link-local addresses: for
 	// development (chargectl listen), never in production.
 	WebhookAllowPrivate bool
+	// TimelineOff (TIMELINE=off) records no request timelines: only for
+	// make bench's measurement of what they cost. See
+	// idempotency.Config.TimelineOff.
+	TimelineOff bool
 }
 
 // Defaults of the contract.
@@ -99,6 +103,9 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	if c.RetryBase, c.RetryMax, c.GiveUpAfter, err = idempotency.ScheduleFromEnv(getenv); err != nil {
 		return Config{}, err
 	}
+	if c.TimelineOff, err = idempotency.TimelineOffFromEnv(getenv); err != nil {
+		return Config{}, err
+	}
 	if c.Routing, err = routing.FromEnv(getenv); err != nil {
 		return Config{}, err
 	}
@@ -121,8 +128,17 @@ func (c Config) routes(mockURL string) routing.Config {
 	return r
 }
 
-// keysConfig is the idempotency store's configuration.
+// keysConfig is the idempotency store's configuration (role api: the
+// requests commands set their own, operator).
 func (c Config) keysConfig() idempotency.Config {
 	return idempotency.Config{Lease: c.Lease, RetryBase: c.RetryBase, RetryMax: c.RetryMax, GiveUpAfter: c.GiveUpAfter,
-		NeedsAttention: events.NeedsAttention}
+		NeedsAttention: events.NeedsAttention, TimelineOff: c.TimelineOff}
+}
+
+// operatorKeysConfig is keysConfig for the operator's commands, whose
+// writes (a resolution's finish) the timeline names as the operator's.
+func (c Config) operatorKeysConfig() idempotency.Config {
+	cfg := c.keysConfig()
+	cfg.Role = idempotency.RoleOperator
+	return cfg
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/operator"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/timeline"
 )
 
 // The operator's commands (`api requests …`): see, retry and settle the
@@ -96,7 +97,15 @@ is a completed request.`,
 var requestsShowCommand = &command{
 	name:    "show",
 	args:    "TENANT KEY [--json]",
-	summary: "the whole record of one request: state, stored answer, its charge, resolutions",
+	summary: "one request: its timeline (who held it, what happened when), trace id; --json the whole record",
+	help: `Prints the request's state and its timeline, one line per moment: the
+claim, each recovery point, each PSP call, release and takeover, the
+finish, the events it wrote and their webhook delivery attempts, with the
+time (the database's, UTC), the process that held the key and what
+happened. Also the trace id of the request that claimed the key (and the
+key's hash, phasepay.key_hash on its spans). --json prints the whole
+record as one JSON object: the stored answer, the charge, resolutions and
+the timeline with every field.`,
 	flags: func(fs *flag.FlagSet) action {
 		asJSON := fs.Bool("json", false, "one JSON object")
 		return func(ctx context.Context, inv *invocation) error {
@@ -115,12 +124,7 @@ var requestsShowCommand = &command{
 				if *asJSON {
 					return json.NewEncoder(inv.stdout).Encode(shown)
 				}
-				out, err := json.MarshalIndent(shown, "", "  ")
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintln(inv.stdout, string(out))
-				return err
+				return printShown(inv.stdout, shown)
 			})
 		}
 	},
@@ -232,7 +236,7 @@ func (c Config) deskConfig(logger *slog.Logger) operator.Config {
 	if pspURL == PSPEmbedded {
 		pspURL = "http://" + c.MockPSPAddr
 	}
-	return operator.Config{Keys: c.keysConfig(), PSPURL: pspURL, Routing: c.Routing, Logger: logger}
+	return operator.Config{Keys: c.operatorKeysConfig(), PSPURL: pspURL, Routing: c.Routing, Logger: logger}
 }
 
 // requestJSON is one line of `requests list --json`.
@@ -314,6 +318,14 @@ type shownRequest struct {
 	CompletedAt    *string            `json:"completed_at"`
 	Charge         json.RawMessage    `json:"charge"`
 	Resolutions    []charges.Resolved `json:"resolutions"`
+	// ObjectID, Holder (who holds the key now, "" if nobody), the trace of
+	// the claiming request, the key's hash as spans carry it, and the
+	// timeline (see showTimeline).
+	ObjectID string           `json:"object_id"`
+	Holder   string           `json:"holder"`
+	TraceID  string           `json:"trace_id"`
+	KeyHash  string           `json:"key_hash"`
+	Timeline []timeline.Entry `json:"timeline"`
 }
 
 func showRequest(ctx context.Context, pool *pgxpool.Pool, t tenants.Tenant, key string) (*shownRequest, error) {
@@ -353,5 +365,11 @@ func showRequest(ctx context.Context, pool *pgxpool.Pool, t tenants.Tenant, key 
 	if shown.Resolutions, err = charges.ResolutionsOf(ctx, pool, rec.ID()); err != nil {
 		return nil, err
 	}
+	tl, err := timeline.Read(ctx, pool, t.ID, key)
+	if err != nil {
+		return nil, err
+	}
+	shown.ObjectID, shown.Holder, shown.TraceID, shown.Timeline = tl.ObjectID, tl.Holder, tl.TraceID(), tl.Entries
+	shown.KeyHash = idempotency.KeyHash(key)
 	return shown, nil
 }

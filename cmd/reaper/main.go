@@ -120,6 +120,8 @@ type Config struct {
 	// WebhookAllowPrivate (WEBHOOK_ALLOW_PRIVATE=1) lets deliveries reach
 	// loopback, private and link-local addresses: development only.
 	WebhookAllowPrivate bool
+	// TimelineOff (TIMELINE=off): no request timelines (make bench only).
+	TimelineOff bool
 }
 
 // PSPEmbedded is the PSP_URL that selects an in-process mock PSP.
@@ -163,6 +165,9 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("EVENTS_RETENTION: %s must exceed the %s webhook deliveries are retried", c.EventsRetention, webhooks.GiveUpAfterDefault)
 	}
 	if c.WebhookAllowPrivate, err = envconfig.Bool(getenv, "WEBHOOK_ALLOW_PRIVATE", false); err != nil {
+		return Config{}, err
+	}
+	if c.TimelineOff, err = idempotency.TimelineOffFromEnv(getenv); err != nil {
 		return Config{}, err
 	}
 	return c, nil
@@ -234,7 +239,8 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 
 	keys, err := idempotency.NewStore(idempotency.Config{Lease: m.Config.Lease, RetryBase: m.Config.RetryBase,
-		RetryMax: m.Config.RetryMax, GiveUpAfter: m.Config.GiveUpAfter, NeedsAttention: events.NeedsAttention})
+		RetryMax: m.Config.RetryMax, GiveUpAfter: m.Config.GiveUpAfter, NeedsAttention: events.NeedsAttention,
+		Role: idempotency.RoleReaper, TimelineOff: m.Config.TimelineOff})
 	if err != nil {
 		return err
 	}

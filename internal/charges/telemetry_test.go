@@ -15,6 +15,7 @@ import (
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
 type telemetryBundle struct {
@@ -145,4 +146,57 @@ func TestTracesAndMetricsPerOutcome(t *testing.T) {
 	require.Equal(t, []string{charges.EventMismatch}, events(tb.take(t)[0]))
 
 	require.Equal(t, map[string]int64{"new": 2, "replay": 1, "takeover": 1, "mismatch": 1}, tb.outcomes(t))
+}
+
+// A request's spans are found by its tenant, operation, charge and key,
+// but carry the key only as its hash: spans leave the service for a
+// tracing backend, and a key is the tenant's own text. The span of a
+// resume names the same.
+func TestSpansNameTheRequestNotItsKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	tb := newTelemetry()
+	svc := chargestest.NewService(t, b.Pool, b.Keys, b.PSP, tb.cfg)
+	req, params := chargestest.Request(t, visa)
+	const key = "order-4242-secret-ish"
+
+	res, err := svc.Create(ctx, b.Tenant, key, req, params)
+	require.NoError(t, err)
+	id := chargeID(t, res.Response)
+	spans := tb.take(t)
+	root := attrs(spans[len(spans)-1])
+	require.Equal(t, b.Tenant, root["phasepay.tenant_id"].AsInt64())
+	require.Equal(t, "charges.create", root["phasepay.operation"].AsString())
+	require.Equal(t, id, root["phasepay.object_id"].AsString())
+	require.Equal(t, idempotency.KeyHash(key), root["phasepay.key_hash"].AsString())
+	require.Len(t, idempotency.KeyHash(key), 16)
+	for _, s := range spans {
+		for _, kv := range s.Attributes() {
+			require.NotContains(t, kv.Value.Emit(), key, "span %s, attribute %s", s.Name(), kv.Key)
+		}
+	}
+
+	// A replay's span names the charge it answers with.
+	_, err = svc.Create(ctx, b.Tenant, key, req, params)
+	require.NoError(t, err)
+	require.Equal(t, id, attrs(tb.take(t)[0])["phasepay.object_id"].AsString())
+
+	// A resume's span too.
+	dying := chargestest.NewService(t, b.Pool, b.Keys, b.PSP, charges.Config{CrashHook: chargestest.CrashAt(charges.CrashAfterClaim)})
+	_, err = dying.Create(ctx, b.Tenant, "resumed", req, params)
+	require.ErrorIs(t, err, chargestest.ErrCrash)
+	later := chargestest.NewService(t, testdb.Pool(t, b.URL, b.T0.Add(b.Keys.Lease()+time.Second)), b.Keys, b.PSP, tb.cfg)
+	res, err = later.Create(ctx, b.Tenant, "resumed", req, params)
+	require.NoError(t, err)
+	for _, s := range tb.take(t) {
+		if s.Name() == "charges.resume" {
+			a := attrs(s)
+			require.Equal(t, "charges.create", a["phasepay.operation"].AsString())
+			require.Equal(t, chargeID(t, res.Response), a["phasepay.object_id"].AsString())
+			require.Equal(t, idempotency.KeyHash("resumed"), a["phasepay.key_hash"].AsString())
+			return
+		}
+	}
+	t.Fatal("no charges.resume span")
 }

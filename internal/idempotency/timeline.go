@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/phasepay/phasepay/internal/envconfig"
 )
 
 // A request's timeline: every change a key goes through, recorded in the
@@ -104,6 +107,15 @@ type unstamped struct {
 	Entry
 }
 
+// KeyHash names a tenant's key where the key itself must not appear
+// (spans, which leave the service for a tracing backend): the first 16
+// hex digits of the SHA-256 of the key. An operator who has the key finds
+// its traces by it (bin/api requests show prints it).
+func KeyHash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
+
 // Roles of the processes that hold keys, the first word of a holder.
 const (
 	RoleAPI      = "api"
@@ -175,6 +187,19 @@ func (s *Store) holderColumn() *string {
 		return nil
 	}
 	return &s.holder
+}
+
+// TimelineOffFromEnv reads TIMELINE: "on" (the default) or "off", which
+// records no timeline (make bench's comparison; never production).
+func TimelineOffFromEnv(getenv envconfig.Getenv) (bool, error) {
+	switch v := getenv("TIMELINE"); v {
+	case "", "on":
+		return false, nil
+	case "off":
+		return true, nil
+	default:
+		return false, fmt.Errorf("TIMELINE: %q must be on or off", v)
+	}
 }
 
 // Note records e in the key's timeline with the holder's next write

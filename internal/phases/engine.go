@@ -146,6 +146,7 @@ func (e *Engine) Wait() { e.background.Wait() }
 func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64, key string, req idempotency.Canonical) (_ Result, err error) {
 	ctx, span := e.tel.tracer.Start(ctx, op.Span, trace.WithAttributes(attrTenant.Int64(tenantID)))
 	defer func() { endSpan(span, err) }()
+	nameRequest(span, op.Span, key, "")
 	var seen *peeked
 	if day, ok := e.hints.seen(tenantID, key); ok {
 		seen = e.peek(ctx, tenantID, key, day)
@@ -222,6 +223,7 @@ func do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 	if op.ObjectID != nil {
 		run.ObjectID = op.ObjectID(req)
 	}
+	nameObject(trace.SpanFromContext(ctx), run.ObjectID)
 	if len(folded) > 0 {
 		claim.Point = folded[len(folded)-1].To
 		claim.ObjectID = run.ObjectID
@@ -287,6 +289,7 @@ func do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 
 // existing answers a request whose key was already claimed.
 func existing[S any](ctx context.Context, e *Engine, op *Operation[S], rec idempotency.Record, fp idempotency.Fingerprint) (Result, error) {
+	nameObject(trace.SpanFromContext(ctx), rec.ObjectID)
 	// Two rounds at most: a takeover that loses the race re-reads the key
 	// once, and then it is either done (replay) or someone holds it (409).
 	for range 2 {
@@ -338,6 +341,7 @@ func (op *Operation[S]) resume(ctx context.Context, e *Engine, lease *idempotenc
 		attrLockVersion.Int64(lease.Record.LockVersion)))
 	ctx, span := e.tel.tracer.Start(ctx, op.ResumeSpan, opts...)
 	defer func() { endSpan(span, err) }()
+	nameRequest(span, op.Span, lease.Record.Key, lease.Record.ObjectID)
 	span.AddEvent(EventTakeover)
 	return drive(ctx, e, op, &Run[S]{Lease: lease, ObjectID: lease.Record.ObjectID}, lease.Record.Point)
 }

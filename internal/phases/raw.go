@@ -60,6 +60,7 @@ func DoRaw[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int
 	}
 	ctx, span := e.tel.tracer.Start(ctx, op.Span, trace.WithAttributes(attrTenant.Int64(tenantID)))
 	defer func() { endSpan(span, err) }()
+	nameRequest(span, op.Span, key, "")
 	seen := e.peek(ctx, tenantID, key, day)
 	if seen.err == nil {
 		fp := idempotency.RawFingerprint(raw.Method, raw.Path, raw.Body)

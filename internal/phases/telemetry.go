@@ -31,7 +31,32 @@ const (
 	attrOutcome       = attribute.Key("phasepay.outcome")
 	attrPhase         = attribute.Key("phasepay.phase")
 	attrPSPResult     = attribute.Key("phasepay.psp.result")
+	// A request's span names its operation, its key by hash (never the
+	// key itself: spans leave the service; idempotency.KeyHash) and the
+	// object it creates or acts on (a charge or refund id), so that a
+	// tracing backend finds a request's traces by any of them.
+	attrOperation = attribute.Key("phasepay.operation")
+	attrKeyHash   = attribute.Key("phasepay.key_hash")
+	attrObjectID  = attribute.Key("phasepay.object_id")
 )
+
+// nameRequest sets the attributes that find a request's span: its
+// operation and key hash, and its object once known ("" leaves it out).
+// Only on a span that records: the hash costs a SHA-256.
+func nameRequest(span trace.Span, op string, key, objectID string) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attrOperation.String(op), attrKeyHash.String(idempotency.KeyHash(key)))
+	nameObject(span, objectID)
+}
+
+// nameObject sets the request's object on its span, once known.
+func nameObject(span trace.Span, objectID string) {
+	if objectID != "" && span.IsRecording() {
+		span.SetAttributes(attrObjectID.String(objectID))
+	}
+}
 
 // Span events: what the key decided, and lost leases.
 const (

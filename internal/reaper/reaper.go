@@ -255,28 +255,36 @@ func (r *Reaper) complete(ctx context.Context, res *PassResult) error {
 	}
 }
 
-// driveOne resumes one taken-over key and counts the outcome in res.
+// driveOne resumes one taken-over key and counts the outcome in res. The
+// takeover and the completion are logged at INFO, each with the tenant,
+// the key and its object, so that an operator watching the log sees the
+// reaper finish what a dead worker left (bin/api requests show TENANT KEY
+// then prints the request's timeline).
 func (r *Reaper) driveOne(ctx context.Context, lease *idempotency.Lease, res *PassResult, mu *sync.Mutex) {
-	err := r.resume(ctx, lease)
+	rec := lease.Record
+	r.log.InfoContext(ctx, "reaper took over request", "tenant_id", rec.TenantID, "key", rec.Key, "object_id", rec.ObjectID,
+		"endpoint", rec.Request.Method+" "+rec.Request.Path, "recovery_point", string(rec.Point), "lock_version", rec.LockVersion)
+	resp, err := r.resume(ctx, lease)
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil {
 		res.Failed++
 		r.m.failures.Add(ctx, 1)
-		r.log.WarnContext(ctx, "could not complete key", "tenant_id", lease.Record.TenantID, "key", lease.Record.Key,
-			"recovery_point", string(lease.Record.Point), "attempts", lease.Record.Attempts+1, "error", err.Error())
+		r.log.WarnContext(ctx, "could not complete key", "tenant_id", rec.TenantID, "key", rec.Key, "object_id", rec.ObjectID,
+			"recovery_point", string(rec.Point), "attempts", rec.Attempts+1, "error", err.Error())
 		return
 	}
 	res.Completed++
 	r.m.completions.Add(ctx, 1)
+	r.log.InfoContext(ctx, "reaper completed request", "tenant_id", rec.TenantID, "key", rec.Key, "object_id", rec.ObjectID,
+		"response_status", resp.Status)
 }
 
 // resume drives one key through the operation its request path names.
-func (r *Reaper) resume(ctx context.Context, lease *idempotency.Lease) error {
+func (r *Reaper) resume(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*r.cfg.Lease)
 	defer cancel()
-	_, err := r.ops.Resume(ctx, lease)
-	return err
+	return r.ops.Resume(ctx, lease)
 }
 
 // maintain creates partitions ahead and drops expired ones, if it is time

@@ -1,8 +1,11 @@
 package reaper_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +21,7 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
+	"github.com/phasepay/phasepay/internal/timeline"
 )
 
 func TestMain(m *testing.M) {
@@ -305,4 +309,76 @@ func TestRunStopsWhenCancelled(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
+}
+
+// The timeline of a request whose api worker died right after the claim
+// and which the reaper finished: claimed and reached by the api process,
+// taken over by the reaper, the PSP call and the finish by the reaper, in
+// that order, each with its holder and lock_version; the event the finish
+// wrote follows it. The reaper logs the takeover and the completion at
+// INFO with the tenant, the key and the charge.
+func TestTimelineShowsTheReapersTakeover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	abandon(t, b, "taken", false, charges.CrashAfterClaim)
+
+	keys, err := idempotency.NewStore(idempotency.Config{Lease: b.Keys.Lease(), Role: idempotency.RoleReaper})
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	pool := testdb.Pool(t, b.URL, b.T0.Add(b.Keys.Lease()+time.Second))
+	r, err := reaper.New(pool, keys, chargestest.NewService(t, pool, keys, b.PSP, charges.Config{}),
+		reaper.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	require.NoError(t, err)
+	res, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Completed)
+	chargeID := b.ChargeIDs(t, "taken")[0]
+
+	tl, err := timeline.Read(ctx, b.Pool, b.Tenant, "taken")
+	require.NoError(t, err)
+	type step struct {
+		kind        idempotency.Kind
+		holder      string
+		lockVersion int64
+	}
+	var got []step
+	for _, e := range tl.Entries {
+		got = append(got, step{e.Kind, e.Holder, e.LockVersion})
+	}
+	api, reaperHolder := b.Keys.Holder(), keys.Holder()
+	require.Equal(t, []step{
+		{idempotency.KindClaimed, api, 1},
+		{idempotency.KindReached, api, 1},
+		{idempotency.KindTakenOver, reaperHolder, 2},
+		{idempotency.KindPSPCall, reaperHolder, 2},
+		{idempotency.KindFinished, reaperHolder, 2},
+		{timeline.KindEvent, "", 0},
+	}, got)
+	e := tl.Entries
+	require.Equal(t, charges.PointChargeCreated, e[1].RecoveryPoint)
+	require.Equal(t, idempotency.RoleReaper, e[2].By)
+	require.Equal(t, "success", e[3].Outcome)
+	require.Equal(t, charges.PSPKey(chargeID), e[3].PSPKey)
+	require.Equal(t, 1, *e[3].Lookups, "a takeover looks the charge up before it sends")
+	require.Equal(t, 201, e[4].ResponseStatus)
+	require.Equal(t, "charge.authorized", e[5].EventType)
+	require.Equal(t, chargeID, tl.ObjectID)
+	require.Empty(t, tl.Holder, "nobody holds a finished key")
+
+	var lines []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(logs.Bytes()), []byte("\n")) {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(line, &m))
+		if m["msg"] == "reaper took over request" || m["msg"] == "reaper completed request" {
+			require.Equal(t, "INFO", m["level"])
+			require.EqualValues(t, b.Tenant, m["tenant_id"])
+			require.Equal(t, "taken", m["key"])
+			require.Equal(t, chargeID, m["object_id"])
+			lines = append(lines, m)
+		}
+	}
+	require.Len(t, lines, 2, "%s", logs.String())
+	require.Equal(t, "reaper took over request", lines[0]["msg"])
+	require.EqualValues(t, 201, lines[1]["response_status"])
 }

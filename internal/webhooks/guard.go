@@ -39,7 +39,7 @@ func CheckURL(ctx context.Context, raw string, allowPrivate bool) error {
 	}
 	for _, a := range addrs {
 		if !Public(a) {
-			return fmt.Errorf("%w: url: host %q resolves to %s, a loopback, private or link-local address", ErrInvalid, u.Hostname(), a)
+			return fmt.Errorf("%w: url: host %q resolves to %s, a loopback, private or link-local address (allowed only with WEBHOOK_ALLOW_PRIVATE=1, for development)", ErrInvalid, u.Hostname(), a)
 		}
 	}
 	return nil

@@ -277,7 +277,9 @@ func TestPrivateWebhookAddressesAreRefused(t *testing.T) {
 	for _, u := range []string{"http://127.0.0.1:8080/", "http://localhost/", "http://10.1.2.3/", "http://192.168.0.1/",
 		"http://172.16.0.1/", "http://169.254.169.254/latest", "http://[::1]/", "http://[fe80::1]/", "http://[fc00::1]/",
 		"http://[::ffff:127.0.0.1]/", "http://0.0.0.0/", "http://100.64.0.1/"} {
-		require.ErrorIs(t, webhooks.CheckURL(ctx, u, false), webhooks.ErrInvalid, u)
+		err := webhooks.CheckURL(ctx, u, false)
+		require.ErrorIs(t, err, webhooks.ErrInvalid, u)
+		require.ErrorContains(t, err, "WEBHOOK_ALLOW_PRIVATE", "the 400 names the setting a developer needs")
 		require.NoError(t, webhooks.CheckURL(ctx, u, true), u)
 	}
 	for _, u := range []string{"ftp://93.184.216.34/", "93.184.216.34", "http:///x", "http://u:p@93.184.216.34/", "mailto:x@y"} {
