@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,9 +40,13 @@ const (
 	rpRight   = 20.0
 	rpLaneH   = 22.0
 	rpChartH  = 150.0
-	rpChartPT = 12.0 // space above a chart's plot
+	rpChartPT = 26.0 // space above a chart's plot, for its title
 	rpChartPB = 22.0 // below it, for the axis labels
 )
+
+// chartOrder is the order of the harness's own charts: what the clients
+// did, what the workers did, what it cost, what waits.
+var chartOrder = []string{chartIntents, chartTakeovers, chartLatency, chartBacklog}
 
 // palette colours lanes and series by their order.
 var palette = []string{"#c53030", "#2b6cb0", "#d69e2e", "#2f855a", "#6b46c1", "#dd6b20", "#b83280", "#319795", "#4a5568", "#975a16"}
@@ -66,6 +71,7 @@ type reportLane struct {
 	Count            int
 	Spans            []reportSpan
 	Marks            []reportSpan
+	shade            bool // its spans shaded behind the charts
 }
 
 type reportSpan struct {
@@ -146,17 +152,46 @@ func Report(s *Summary, consoleURL string) ([]byte, error) {
 			l.Marks = append(l.Marks, sp)
 		}
 	}
+	// A kind whose faults cover much of the run (the pauses of a busy
+	// run) would shade every chart all over: only the rarer ones are
+	// shaded behind the series.
+	covered := map[string]float64{}
+	for _, f := range tl.Faults {
+		covered[f.Kind] += f.End - f.Start
+	}
+	for i := range v.Lanes {
+		v.Lanes[i].shade = covered[v.Lanes[i].Kind] < 0.3*seconds
+	}
 	v.LanesHeight = math.Max(float64(len(v.Lanes))*rpLaneH, rpLaneH)
 	v.LanesViewH = v.LanesHeight + 26
 
-	// The series: a chart per Chart, in the order first recorded, each on
-	// its own value axis; the lasting faults shaded behind every chart.
+	// The series: a chart per Chart, the harness's own in the order they
+	// tell the story (chartOrder), any other after them in the order first
+	// recorded, each on its own value axis; the lasting faults shaded
+	// behind every chart.
 	chartOf := map[string]int{}
+	names := make([]string, 0, len(tl.Series))
 	for _, se := range tl.Series {
-		if _, ok := chartOf[se.Chart]; !ok {
+		if !slices.Contains(names, se.Chart) {
+			names = append(names, se.Chart)
+		}
+	}
+	rank := func(c string) int {
+		if i := slices.Index(chartOrder, c); i >= 0 {
+			return i
+		}
+		return len(chartOrder)
+	}
+	slices.SortStableFunc(names, func(a, b string) int { return rank(a) - rank(b) })
+	for _, name := range names {
+		for _, se := range tl.Series {
+			if se.Chart != name {
+				continue
+			}
 			chartOf[se.Chart] = len(v.Charts)
 			v.Charts = append(v.Charts, reportChart{Title: se.Chart, Unit: se.Unit, Height: rpChartH + rpChartPT + rpChartPB,
 				PlotY0: rpChartPT, PlotY1: rpChartPT + rpChartH, PlotH: rpChartH})
+			break
 		}
 	}
 	peaks := make([]float64, len(v.Charts))
@@ -204,6 +239,9 @@ func Report(s *Summary, consoleURL string) ([]byte, error) {
 			c.Lines = append(c.Lines, line)
 		}
 		for _, l := range v.Lanes {
+			if !l.shade {
+				continue
+			}
 			for _, sp := range l.Spans {
 				c.Bands = append(c.Bands, reportSpan{X: sp.X, W: sp.W, Color: l.Color, Title: sp.Title})
 			}

@@ -81,6 +81,7 @@ func run(args []string, stdout io.Writer) int {
 	jsonPath := fs.String("json", "", "write the summary as JSON to this file, and the HTML report beside it (its name ending .html)")
 	htmlPath := fs.String("html", "", "write the HTML report to this file (default: beside -json)")
 	consoleURL := fs.String("console-url", "http://127.0.0.1:8081", "where the report's links of violations open the operator console (api console)")
+	render := fs.String("render", "", "run nothing: draw the HTML report of the summary in this JSON file (a run's -json) beside it, or to -html")
 	binDir := fs.String("bin", "", "directory with api, reaper and mockpsp built with -tags chaos (default: build them)")
 	fs.StringVar(&cfg.Defect, "defect", "", "run the workers with a deliberate defect, to see the harness fail: "+faults.DefectFreshPSPKey+" or "+faults.DefectFailoverOnUnknown)
 	fs.Usage = func() {
@@ -105,6 +106,26 @@ func run(args []string, stdout io.Writer) int {
 	}
 	cfg.AdminURL = *admin
 	cfg.Progress = os.Stderr
+
+	if *render != "" {
+		b, err := os.ReadFile(*render)
+		var sum chaos.Summary
+		if err == nil {
+			err = json.Unmarshal(b, &sum)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: -render:", err)
+			return 1
+		}
+		if *htmlPath == "" {
+			*htmlPath = strings.TrimSuffix(*render, filepath.Ext(*render)) + ".html"
+		}
+		if err := writeReport(&sum, *htmlPath, *consoleURL); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			return 1
+		}
+		return 0
+	}
 
 	if *binDir == "" {
 		dir, err := os.MkdirTemp("", "phasepay-chaos-")
@@ -149,23 +170,31 @@ func run(args []string, stdout io.Writer) int {
 		*htmlPath = strings.TrimSuffix(*jsonPath, filepath.Ext(*jsonPath)) + ".html"
 	}
 	if *htmlPath != "" {
-		report, err := chaos.Report(sum, *consoleURL)
-		if err == nil {
-			err = os.MkdirAll(filepath.Dir(*htmlPath), 0o755)
-		}
-		if err == nil {
-			err = os.WriteFile(*htmlPath, report, 0o644)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "chaos: write report:", err)
+		if err := writeReport(sum, *htmlPath, *consoleURL); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
 			return 1
 		}
-		fmt.Fprintln(os.Stderr, "chaos: report written to", *htmlPath)
 	}
 	if len(sum.Violations) > 0 {
 		return 1
 	}
 	return 0
+}
+
+// writeReport draws sum's HTML report into path.
+func writeReport(sum *chaos.Summary, path, consoleURL string) error {
+	report, err := chaos.Report(sum, consoleURL)
+	if err == nil {
+		err = os.MkdirAll(filepath.Dir(path), 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(path, report, 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	fmt.Fprintln(os.Stderr, "chaos: report written to", path)
+	return nil
 }
 
 func envOr(k, def string) string {

@@ -86,7 +86,7 @@ func TimeTicks(s TimeScale, n int) []Tick {
 	return ticks
 }
 
-// Duration prints d shortly: 0s, 250ms, 1.5s, 2m30s, 1h5m.
+// Duration prints d shortly: 0s, 250ms, 1.5s, 2m30s, 10m, 1h5m.
 func Duration(d time.Duration) string {
 	switch {
 	case d == 0:
@@ -96,9 +96,8 @@ func Duration(d time.Duration) string {
 	case d < time.Minute:
 		return strconv.FormatFloat(math.Round(d.Seconds()*100)/100, 'f', -1, 64) + "s"
 	}
-	s := d.Round(time.Second).String()
-	s = strings.TrimSuffix(s, "0s")
-	return strings.TrimSuffix(s, "0m")
+	s := strings.Replace(d.Round(time.Second).String(), "m0s", "m", 1)
+	return strings.Replace(s, "h0m", "h", 1)
 }
 
 // ValueTicks places about n ticks between 0 and max at a round step
@@ -125,12 +124,20 @@ func ValueTicks(max float64, n int) []float64 {
 	}
 }
 
-// Number prints a tick value without trailing zeros.
+// Number prints a value shortly, without trailing zeros: as many decimals
+// as a value of its size needs to read (12345 → 12.3k, 561.33 → 561,
+// 12.345 → 12.3, 0.125 → 0.13).
 func Number(v float64) string {
-	if v >= 10000 {
-		return strconv.FormatFloat(v/1000, 'f', -1, 64) + "k"
+	a := math.Abs(v)
+	switch {
+	case a >= 10000:
+		return strconv.FormatFloat(math.Round(v/100)/10, 'f', -1, 64) + "k"
+	case a >= 100:
+		return strconv.FormatFloat(math.Round(v), 'f', -1, 64)
+	case a >= 10:
+		return strconv.FormatFloat(math.Round(v*10)/10, 'f', -1, 64)
 	}
-	return strconv.FormatFloat(math.Round(v*1000)/1000, 'f', -1, 64)
+	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64)
 }
 
 // Points is the "x,y x,y …" of an SVG polyline through (xs[i], ys[i]).
