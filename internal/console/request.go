@@ -105,7 +105,7 @@ func (s *Server) requestData(ctx context.Context, tenantName, key string) (*requ
 
 // secretRE matches a webhook signing secret: the stored answer of an
 // endpoint's creation carries it (its client may replay it), an
-// operator's screen never shows it (CONTRACT.md: operator views print
+// operator's screen never shows it (operator views print
 // whsec_… redacted).
 var secretRE = regexp.MustCompile(regexp.QuoteMeta(webhooks.SecretPrefix) + `[A-Za-z0-9]+`)
 

@@ -33,7 +33,8 @@ var operations = []struct{ Name, Route string }{
 	{"webhook endpoint", "/v1/webhook_endpoints"},
 }
 
-// states are the view states, in the tenant view's words (CONTRACT.md).
+// states are the view states, in the tenant view's words: the one
+// vocabulary of every interface (docs/api.md).
 var states = []idempotency.ViewState{idempotency.ViewInProgress, idempotency.ViewUnfinished, idempotency.ViewNeedsAttention, idempotency.ViewCompleted}
 
 type requestRow struct {
