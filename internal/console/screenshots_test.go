@@ -42,7 +42,7 @@ var screenshots = flag.String("screenshots", "", "directory to write the console
 func TestEveryPageRendersInABrowser(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	chargeID, takenOver := seedShowcase(t, w)
+	chargeID, takenOver, endpointID := seedShowcase(t, w)
 
 	dir := *screenshots
 	if dir == "" {
@@ -56,6 +56,7 @@ func TestEveryPageRendersInABrowser(t *testing.T) {
 		"request":  "/request?tenant=t&key=" + takenOver,
 		"charge":   "/charge?tenant=t&id=" + chargeID,
 		"webhooks": "/webhooks",
+		"webhook":  "/webhook?tenant=t&id=" + endpointID,
 	} {
 		_, err := chromedp.Run(browser, chromedp.Steps(chromedp.Navigate(w.Base+path), chromedp.WaitVisible(chromedp.CSS("#live"))))
 		require.NoError(t, err, name)
@@ -72,8 +73,8 @@ func TestEveryPageRendersInABrowser(t *testing.T) {
 }
 
 // seedShowcase makes what the screenshots show, and returns the captured
-// charge's id and the key a reaper took over.
-func seedShowcase(t *testing.T, w *world) (chargeID, takenOver string) {
+// charge's id, the key a reaper took over and the webhook endpoint's id.
+func seedShowcase(t *testing.T, w *world) (chargeID, takenOver, endpointID string) {
 	t.Helper()
 	ctx := context.Background()
 	// An endpoint that fails each event's first delivery.
@@ -86,8 +87,9 @@ func seedShowcase(t *testing.T, w *world) (chargeID, takenOver string) {
 		rw.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(sink.Close)
-	_, err := webhooks.Create(ctx, w.Live, w.Tenant, sink.URL+"/phasepay/events", []string{"*"})
+	ep, err := webhooks.Create(ctx, w.Live, w.Tenant, sink.URL+"/phasepay/events", []string{"*"})
 	require.NoError(t, err)
+	endpointID = ep.ID
 
 	svc := w.service(t, idempotency.Config{})
 	res := charge(t, svc, w.Tenant, "order-1001", `{"amount":4200,"currency":"eur","payment_method":"pm_card_visa","description":"annual plan"}`)
@@ -131,7 +133,7 @@ func seedShowcase(t *testing.T, w *world) (chargeID, takenOver string) {
 	}, 15*time.Second, 50*time.Millisecond)
 	stop()
 	require.NoError(t, <-done)
-	return chargeID, takenOver
+	return chargeID, takenOver, endpointID
 }
 
 // chargeOf is the id of the charge an answer carries.
