@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -163,10 +164,13 @@ func tab(t *testing.T, base string) context.Context {
 	return ctx
 }
 
-// text reads the text of the first node sel matches.
+// text reads the text of the first node sel matches, in one evaluation:
+// a live page replaces its live region while it is read, so a node found
+// in one call may be gone in the next.
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](
+		`(document.querySelector(`+strconv.Quote(sel)+`) || {textContent: "(no such node)"}).textContent`))
 	require.NoError(t, err, "text of %s", sel)
 	return strings.TrimSpace(s)
 }
