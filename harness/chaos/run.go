@@ -91,7 +91,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	h.startSampling(ctx)
 	defer h.stopSampling()
 	h.planIntents()
-	h.transport = &rotatingTransport{bases: h.st.bases, next: &atomic.Uint64{}, rt: &http.Transport{MaxIdleConnsPerHost: 64}, rec: h.rec}
+	h.transport = &rotatingTransport{bases: h.st.bases, next: &atomic.Uint64{}, rt: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer h.transport.rt.CloseIdleConnections()
 	if err := h.newClient(); err != nil {
 		return nil, err
@@ -184,7 +184,7 @@ func (h *harness) newClient() error {
 	h.cl, err = client.New(client.Config{
 		BaseURL:        h.st.bases[0],
 		APIKey:         h.st.apiKey,
-		HTTPClient:     &http.Client{Transport: h.transport, Timeout: 5 * time.Second},
+		HTTPClient:     &http.Client{Transport: timed(h.transport, h.rec), Timeout: 5 * time.Second},
 		Journal:        client.NewMemoryJournal(),
 		MaxElapsed:     h.cfg.MaxElapsed,
 		InitialBackoff: 50 * time.Millisecond,
@@ -211,7 +211,7 @@ func (h *harness) subscribe(ctx context.Context) error {
 	}
 	h.backlog = &backlogSampler{rec: h.rec}
 	go h.backlog.run(h.sampleCtx, h.st.pool)
-	h.ops = newOpDriver(h.transport, h.st.apiKey, h.cfg)
+	h.ops = newOpDriver(timed(h.transport, h.rec), h.st.apiKey, h.cfg)
 	return nil
 }
 
@@ -262,29 +262,12 @@ func drive(ctx context.Context, cl *client.Client, it *intent) {
 	}
 }
 
-// outcome names how an intent ended, for the series of ends.
-func (it *intent) outcome() string {
-	switch {
-	case it.status == http.StatusCreated:
-		return "authorized"
-	case it.code == "card_declined":
-		return "declined"
-	case it.status == http.StatusPaymentRequired:
-		return "failed"
-	case it.code == "payment_unresolved":
-		return "needs_attention"
-	}
-	return "without an answer"
-}
-
 // rotatingTransport sends each attempt to the next worker, so that a retry
-// after a dead or frozen worker lands elsewhere and takes the key over. It
-// records each attempt's latency, to its answer's headers or its error.
+// after a dead or frozen worker lands elsewhere and takes the key over.
 type rotatingTransport struct {
 	bases []string
 	next  *atomic.Uint64
 	rt    *http.Transport
-	rec   *recorder
 }
 
 func (t *rotatingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -296,10 +279,7 @@ func (t *rotatingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.URL.Host = u.Host
 	r.Host = u.Host
-	start := time.Now()
-	resp, err := t.rt.RoundTrip(r)
-	t.rec.Observe(chartLatency, "latency", "ms", float64(time.Since(start).Microseconds())/1000)
-	return resp, err
+	return t.rt.RoundTrip(r)
 }
 
 // answerClass names a failed attempt's answer for the summary: the status

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"cmp"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -245,4 +246,37 @@ func percentile(xs []float64, q float64) float64 {
 	slices.Sort(xs)
 	i := int(q*float64(len(xs))+0.5) - 1
 	return xs[min(max(i, 0), len(xs)-1)]
+}
+
+// outcome names how an intent ended, for the series of ends.
+func (it *intent) outcome() string {
+	switch {
+	case it.status == http.StatusCreated:
+		return "authorized"
+	case it.code == "card_declined":
+		return "declined"
+	case it.status == http.StatusPaymentRequired:
+		return "failed"
+	case it.code == "payment_unresolved":
+		return "needs_attention"
+	}
+	return "without an answer"
+}
+
+// timedTransport records each request's latency, to its answer's headers
+// or its error, in the run's series.
+type timedTransport struct {
+	rt  http.RoundTripper
+	rec *recorder
+}
+
+func timed(rt http.RoundTripper, rec *recorder) http.RoundTripper {
+	return &timedTransport{rt: rt, rec: rec}
+}
+
+func (t *timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := t.rt.RoundTrip(r)
+	t.rec.Observe(chartLatency, "latency", "ms", float64(time.Since(start).Microseconds())/1000)
+	return resp, err
 }
