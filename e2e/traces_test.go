@@ -90,6 +90,27 @@ func TestOneTraceSpansAPIAndPSP(t *testing.T) {
 		}
 	}
 	require.Equal(t, traceID, server.SpanContext.TraceID, "the PSP's span joins the API's trace")
+
+	// The trace is found from the request: requests show prints its id,
+	// and the operation's span names the tenant, the operation, the
+	// charge and the key's hash, never the key.
+	var shown struct {
+		TraceID  string `json:"trace_id"`
+		KeyHash  string `json:"key_hash"`
+		ObjectID string `json:"object_id"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(runCmd(t, "api", map[string]string{"DATABASE_URL": dbURL},
+		"requests", "show", "trace", "trace-1", "--json")), &shown))
+	require.Equal(t, traceID, shown.TraceID)
+	attrs := map[string]any{}
+	for _, a := range byName["charges.create"].Attributes {
+		attrs[a.Key] = a.Value.Value
+	}
+	require.Equal(t, shown.KeyHash, attrs["phasepay.key_hash"])
+	require.Equal(t, shown.ObjectID, attrs["phasepay.object_id"])
+	require.Equal(t, "charges.create", attrs["phasepay.operation"])
+	require.Contains(t, attrs, "phasepay.tenant_id")
+	require.NotContains(t, api.stdout.String(), `"trace-1"`, "no span carries the key itself")
 }
 
 func spanNames(spans []consoleSpan) []string {

@@ -65,16 +65,16 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
 $$;
 -- +goose StatementEnd
 
--- idempotency_keys_claim, third version: as the second (migrations/00016),
+-- idempotency_keys_claim, fourth version: as the third (migrations/00020),
 -- and a new key's row records its holder and the first entries of its
 -- timeline (claimed, and reached for the point its first phases commit
 -- with the claim), in the INSERT itself. An existing key is returned as
 -- before, and nothing of it changes.
-DROP FUNCTION idempotency_keys_claim(bigint, text, bytea, text, text, bytea, bigint, text, text, text);
+DROP FUNCTION idempotency_keys_claim(bigint, text, bytea, text, text, bytea, bigint, text, text, text, text);
 -- +goose StatementBegin
 CREATE FUNCTION idempotency_keys_claim(p_tenant_id bigint, p_key text, p_fingerprint bytea, p_method text,
                                        p_path text, p_body bytea, p_lease_us bigint, p_trace_context text,
-                                       p_point text, p_object_id text, p_holder text, p_timeline text)
+                                       p_point text, p_object_id text, p_operation text, p_holder text, p_timeline text)
 RETURNS SETOF idempotency_keys
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -85,7 +85,8 @@ BEGIN
         RAISE EXCEPTION 'claim %: needs a READ COMMITTED transaction, got %', p_key, current_setting('transaction_isolation');
     END IF;
     PERFORM pg_advisory_xact_lock(1886388225, hashtext(p_tenant_id::text || ':' || p_key));
-    -- Statements of their own, after the lock: their snapshots are fresh.
+    -- Statements of their own, after the lock: their snapshots are fresh
+    -- (see migrations/00016: the order is what keeps a key unique).
     SELECT created_at INTO head FROM idempotency_key_heads
      WHERE tenant_id = p_tenant_id AND key = p_key
      ORDER BY created_at DESC LIMIT 1;
@@ -103,22 +104,22 @@ BEGIN
     RETURN QUERY
     INSERT INTO idempotency_keys
            (tenant_id, key, fingerprint, request_method, request_path, request_body, locked_until, trace_context,
-            recovery_point, object_id, holder, timeline)
+            recovery_point, object_id, operation, holder, timeline)
     VALUES (p_tenant_id, p_key, p_fingerprint, p_method, p_path, p_body,
             phasepay_now() + p_lease_us * interval '1 microsecond', nullif(p_trace_context, ''),
-            p_point, nullif(p_object_id, ''), p_holder, phasepay_timeline_append(NULL, p_timeline, 1))
+            p_point, nullif(p_object_id, ''), nullif(p_operation, ''), p_holder, phasepay_timeline_append(NULL, p_timeline, 1))
     RETURNING *;
 END
 $$;
 -- +goose StatementEnd
 
 -- +goose Down
-DROP FUNCTION idempotency_keys_claim(bigint, text, bytea, text, text, bytea, bigint, text, text, text, text, text);
--- The second version, as migrations/00016 created it.
+DROP FUNCTION idempotency_keys_claim(bigint, text, bytea, text, text, bytea, bigint, text, text, text, text, text, text);
+-- The third version, as migrations/00020 created it.
 -- +goose StatementBegin
 CREATE FUNCTION idempotency_keys_claim(p_tenant_id bigint, p_key text, p_fingerprint bytea, p_method text,
                                        p_path text, p_body bytea, p_lease_us bigint, p_trace_context text,
-                                       p_point text, p_object_id text)
+                                       p_point text, p_object_id text, p_operation text)
 RETURNS SETOF idempotency_keys
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -145,10 +146,10 @@ BEGIN
     RETURN QUERY
     INSERT INTO idempotency_keys
            (tenant_id, key, fingerprint, request_method, request_path, request_body, locked_until, trace_context,
-            recovery_point, object_id)
+            recovery_point, object_id, operation)
     VALUES (p_tenant_id, p_key, p_fingerprint, p_method, p_path, p_body,
             phasepay_now() + p_lease_us * interval '1 microsecond', nullif(p_trace_context, ''),
-            p_point, nullif(p_object_id, ''))
+            p_point, nullif(p_object_id, ''), nullif(p_operation, ''))
     RETURNING *;
 END
 $$;

@@ -8,13 +8,14 @@ import (
 
 	"github.com/phasepay/phasepay/harness/faults"
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/phases"
 )
 
 // chaosFaults, in binaries built with the chaos tag, are the faults the
 // chaos harness asks for in the environment (package harness/faults): a
 // crash hook (PHASEPAY_CHAOS_CRASH) and a deliberate defect wrapped around
 // the PSP (PHASEPAY_CHAOS_DEFECT).
-func chaosFaults(getenv func(string) string, logger *slog.Logger) (func(context.Context, charges.CrashPoint) error, func(charges.Authorizer) (charges.Authorizer, error), error) {
+func chaosFaults(getenv func(string) string, logger *slog.Logger) (func(context.Context, phases.CrashPoint) error, func(charges.Authorizer) (charges.Authorizer, error), error) {
 	hook, err := faults.CrashHook(getenv, logger)
 	if err != nil {
 		return nil, nil, err

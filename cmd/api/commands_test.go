@@ -24,8 +24,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/harness/testdb"
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/dbpool"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/tenants"
 )
@@ -305,8 +305,8 @@ func TestGracefulShutdownFinishesRequestBeforePSPCall(t *testing.T) {
 	resume := make(chan struct{})
 	var once sync.Once
 	b := setup(t, func(m *Main) {
-		m.CrashHook = func(_ context.Context, at charges.CrashPoint) error {
-			if at == charges.CrashAfterClaim {
+		m.CrashHook = func(_ context.Context, at phases.CrashPoint) error {
+			if at == phases.CrashAfterClaim {
 				once.Do(func() {
 					close(claimed)
 					<-resume

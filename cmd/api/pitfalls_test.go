@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
@@ -220,8 +220,8 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 	var crashed atomic.Bool
 	b := setup(t, func(m *Main) {
 		m.Config.Lease = lease
-		m.CrashHook = func(_ context.Context, at charges.CrashPoint) error {
-			if at == charges.CrashAfterPSPCall && crashed.CompareAndSwap(false, true) {
+		m.CrashHook = func(_ context.Context, at phases.CrashPoint) error {
+			if at == phases.CrashAfterPSPCall && crashed.CompareAndSwap(false, true) {
 				return errors.New("injected crash after the PSP call")
 			}
 			return nil

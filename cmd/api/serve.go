@@ -22,6 +22,7 @@ import (
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
@@ -39,7 +40,7 @@ type Main struct {
 	Config Config
 	Logger *slog.Logger
 	// CrashHook is passed to the state machine (tests only).
-	CrashHook func(ctx context.Context, at charges.CrashPoint) error
+	CrashHook func(ctx context.Context, at phases.CrashPoint) error
 	// WrapPSP, if set, wraps the PSP the service uses (the chaos build's
 	// deliberate defects, package harness/faults).
 	WrapPSP func(charges.Authorizer) (charges.Authorizer, error)
@@ -118,7 +119,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	svc, err := charges.NewService(pool, keys, authorizer, charges.Config{
+	svc, err := charges.NewService(pool, keys, authorizer, phases.Config{
 		OneCommitPerPhase: m.Config.OneCommitPerPhase,
 		CrashHook:         m.CrashHook,
 		Logger:            m.Logger,

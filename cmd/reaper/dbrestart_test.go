@@ -18,6 +18,7 @@ import (
 	"github.com/phasepay/phasepay/harness/pgcluster"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/migrations"
 )
@@ -65,14 +66,14 @@ func TestReaperRidesOutDatabaseRestart(t *testing.T) {
 	require.NoError(t, err)
 	keys, err := idempotency.NewStore(idempotency.Config{Lease: time.Second})
 	require.NoError(t, err)
-	crashing := chargestest.NewService(t, pool, keys, client, charges.Config{CrashHook: chargestest.CrashAt(charges.CrashAfterClaim)})
+	crashing := chargestest.NewService(t, pool, keys, client, phases.Config{CrashHook: chargestest.CrashAt(phases.CrashAfterClaim)})
 	// abandon leaves a key claimed by a worker that died; the reaper must
 	// finish it once its one-second lease has run out.
 	abandon := func(key string) {
 		t.Helper()
-		req, params := chargestest.Request(t, `{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`)
+		req, _ := chargestest.Request(t, `{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`)
 		require.Eventually(t, func() bool {
-			_, err := crashing.Create(ctx, tenant, key, req, params)
+			_, err := crashing.Create(ctx, tenant, key, charges.Parsed(req))
 			return errors.Is(err, chargestest.ErrCrash)
 		}, 30*time.Second, 100*time.Millisecond, "could not abandon %s", key)
 	}

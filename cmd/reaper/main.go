@@ -28,6 +28,7 @@ import (
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
 	"github.com/phasepay/phasepay/internal/routing"
@@ -244,7 +245,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	svc, err := charges.NewService(pool, keys, authorizer, charges.Config{
+	svc, err := charges.NewService(pool, keys, authorizer, phases.Config{
 		Logger: m.Logger, TracerProvider: tel.Tracer, MeterProvider: tel.Meter,
 	})
 	if err != nil {

@@ -97,6 +97,9 @@ type Results struct {
 	// Statistics says whether the server kept the planner's statistics
 	// or the run did (analyze.go).
 	Statistics Statistics `json:"statistics"`
+	// TimelineCost is new charges with the request timeline on against
+	// TIMELINE=off (timeline.go).
+	TimelineCost []TimelineCost `json:"timeline_cost"`
 }
 
 // Run runs the whole benchmark.
@@ -143,6 +146,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		{"captures and refunds", e.withStatistics(e.operations)},
 		{"new charges with the primary PSP down (breaker open)", e.withStatistics(e.primaryDown)},
 		{"instrumentation overhead (alternating on/off)", e.withStatistics(e.instrumentation)},
+		{"timeline cost (alternating on/off)", e.withStatistics(e.timelineCost)},
 		{"tenant foreign keys (alternating with/without)", e.withStatistics(e.tenantFKs)},
 		{"claim by partition count", e.claimByPartitions},
 		{"cost growth with stored keys", e.growth},

@@ -72,6 +72,11 @@ func targets(r *Results) []Target {
 		add(fmt.Sprintf("instrumentation overhead at %d clients (throughput, on vs off)", o.Clients),
 			fmt.Sprintf("%.1f%% (%.0f vs %.0f/s)", 100*o.Overhead, o.On.PerSec, o.Off.PerSec), "≤ 5%", o.Overhead <= 0.05)
 	}
+	for _, o := range r.TimelineCost {
+		add(fmt.Sprintf("request timeline cost at %d clients (throughput, on vs off)", o.Clients),
+			fmt.Sprintf("%.1f%% (%.0f vs %.0f/s; CPU per charge %.1f%%)", 100*o.Overhead.Overhead, o.On.PerSec, o.Off.PerSec, 100*o.CPUCost),
+			"≤ 3%", o.Overhead.Overhead <= 0.03)
+	}
 	if n := len(r.Growth); n > 1 && r.Growth[0].ClaimP50 > 0 {
 		ratio := r.Growth[n-1].ClaimP50 / r.Growth[0].ClaimP50
 		add(fmt.Sprintf("claim p50 at %d keys ÷ at %d", r.Growth[n-1].Keys, r.Growth[0].Keys), fmt.Sprintf("%.2f×", ratio), "≤ 1.2×", ratio <= 1.2)
@@ -150,6 +155,13 @@ func (r *Results) Table() string {
 	p("\n| instrumentation | clients | on /s | off /s | overhead |\n|---|---:|---:|---:|---:|\n")
 	for _, o := range r.InstrumentationOverhead {
 		p("| tracing (sampled as deployed, OTLP) + metrics | %d | %.0f | %.0f | %.1f%% |\n", o.Clients, o.On.PerSec, o.Off.PerSec, 100*o.Overhead)
+	}
+	for _, o := range r.TimelineCost {
+		p("| request timeline (TIMELINE on vs off) | %d | %.0f | %.0f | %.1f%% |\n", o.Clients, o.On.PerSec, o.Off.PerSec, 100*o.Overhead.Overhead)
+	}
+	for _, o := range r.TimelineCost {
+		p("\nRequest timeline, %d clients: CPU per new charge, api + database, %.3f + %.3f ms on against %.3f + %.3f ms off (%.1f%%).\n",
+			o.Clients, o.OnCPU.API, o.OnCPU.Database, o.OffCPU.API, o.OffCPU.Database, 100*o.CPUCost)
 	}
 	if f := r.TenantFKs; f.Clients > 0 {
 		p("\nNew charges at %d clients with the foreign keys to tenants put back: %.0f/s; without: %.0f/s (%.2f×).\n",

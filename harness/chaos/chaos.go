@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/phases"
 )
 
 // Config configures a run. Zero fields take the defaults noted.
@@ -236,7 +237,7 @@ func (s *Summary) Table() string {
 	row("  slowest recovery of all procs", s.DBMaxRecovery)
 	row("unplanned exits (api, reaper)", s.UnplannedExits)
 	row("reaper probe: key finished in", cmp.Or(s.ReaperProbe, "not run"))
-	for _, p := range []string{string(charges.CrashAfterClaim), string(charges.CrashAfterChargeCreated), string(charges.CrashAfterPSPCall), string(charges.CrashAfterPSPAuthorized),
+	for _, p := range []string{string(phases.CrashAfterClaim), string(charges.CrashAfterChargeCreated), string(phases.CrashAfterPSPCall), string(charges.CrashAfterPSPAuthorized),
 		"after_capture_started", "after_psp_captured", "after_void_started", "after_psp_voided", "after_refund_created", "after_psp_refunded"} {
 		row("crash point "+p, s.CrashPoints[p])
 	}

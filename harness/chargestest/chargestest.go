@@ -19,6 +19,7 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
@@ -69,13 +70,13 @@ func (b *Bundle) PoolAt(t *testing.T, offset time.Duration) *pgxpool.Pool {
 }
 
 // Service returns a worker on PoolAt(offset).
-func (b *Bundle) Service(t *testing.T, offset time.Duration, cfg charges.Config) *charges.Service {
+func (b *Bundle) Service(t *testing.T, offset time.Duration, cfg phases.Config) *charges.Service {
 	t.Helper()
 	return NewService(t, b.PoolAt(t, offset), b.Keys, b.PSP, cfg)
 }
 
 // NewService is charges.NewService, failing the test on error.
-func NewService(t *testing.T, pool *pgxpool.Pool, keys *idempotency.Store, a charges.Authorizer, cfg charges.Config) *charges.Service {
+func NewService(t *testing.T, pool *pgxpool.Pool, keys *idempotency.Store, a charges.Authorizer, cfg phases.Config) *charges.Service {
 	t.Helper()
 	svc, err := charges.NewService(pool, keys, a, cfg)
 	require.NoError(t, err)
@@ -93,9 +94,9 @@ func Request(t *testing.T, body string) (idempotency.Canonical, charges.CreatePa
 // ErrCrash is what a CrashAt hook stops a run with.
 var ErrCrash = errors.New("simulated crash")
 
-// CrashAt returns a charges.Config.CrashHook that dies at point.
-func CrashAt(point charges.CrashPoint) func(context.Context, charges.CrashPoint) error {
-	return func(_ context.Context, at charges.CrashPoint) error {
+// CrashAt returns a phases.Config.CrashHook that dies at point.
+func CrashAt(point phases.CrashPoint) func(context.Context, phases.CrashPoint) error {
+	return func(_ context.Context, at phases.CrashPoint) error {
 		if at == point {
 			return ErrCrash
 		}

@@ -25,6 +25,7 @@ import (
 	"syscall"
 
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
@@ -33,26 +34,26 @@ import (
 // PHASEPAY_CHAOS_CRASH, each with its probability, drawn from
 // PHASEPAY_CHAOS_SEED. It logs the point first, so the chaos harness can
 // count which boundaries were hit. Nil when PHASEPAY_CHAOS_CRASH is unset.
-func CrashHook(getenv func(string) string, logger *slog.Logger) (func(context.Context, charges.CrashPoint) error, error) {
+func CrashHook(getenv func(string) string, logger *slog.Logger) (func(context.Context, phases.CrashPoint) error, error) {
 	spec := getenv("PHASEPAY_CHAOS_CRASH")
 	if spec == "" {
 		return nil, nil
 	}
-	probs := map[charges.CrashPoint]float64{}
+	probs := map[phases.CrashPoint]float64{}
 	for _, part := range strings.Split(spec, ",") {
 		name, p, ok := strings.Cut(strings.TrimSpace(part), "=")
 		f, err := strconv.ParseFloat(p, 64)
 		if !ok || err != nil || f < 0 || f > 1 {
 			return nil, fmt.Errorf("PHASEPAY_CHAOS_CRASH: %q is not point=probability", part)
 		}
-		probs[charges.CrashPoint(name)] = f
+		probs[phases.CrashPoint(name)] = f
 	}
 	seed, _ := strconv.ParseUint(getenv("PHASEPAY_CHAOS_SEED"), 10, 64)
 	var (
 		mu  sync.Mutex
 		rnd = rand.New(rand.NewPCG(seed, uint64(os.Getpid())))
 	)
-	return func(ctx context.Context, at charges.CrashPoint) error {
+	return func(ctx context.Context, at phases.CrashPoint) error {
 		mu.Lock()
 		hit := rnd.Float64() < probs[at]
 		mu.Unlock()

@@ -110,48 +110,68 @@ func Pool(t testing.TB, url string, clock time.Time, opts ...func(*pgxpool.Confi
 // for tests that hand it to a subprocess or build their own pools.
 func NewURL(t testing.TB) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	url, drop, err := Create(context.Background())
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Errorf("testdb: %v", err)
+		}
+	})
+	return url
+}
 
-	admin := Admin(t)
+// Create creates a fresh migrated database, as NewURL does, for callers
+// without a testing.TB (a runnable Example): it returns its connection
+// string and the function that drops it. With no server to be found it
+// fails with the same one line as NewURL.
+func Create(ctx context.Context) (url string, drop func() error, err error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	serverOnce.Do(func() { serverURL, serverErr = findServer(os.Getenv, dockerConfigured) })
+	if serverErr != nil {
+		return "", nil, noServer(serverErr)
+	}
+	admin := serverURL
 	tmpl, err := template(ctx, admin)
 	if err != nil {
-		t.Fatalf("testdb: template: %v", err)
+		return "", nil, fmt.Errorf("template: %w", err)
 	}
 	name := "phasepay_test_" + randomSuffix()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		t.Fatalf("testdb: %v", err)
+		return "", nil, err
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, tmpl)); err != nil {
-		t.Fatalf("testdb: create database: %v", err)
+		return "", nil, fmt.Errorf("create database: %w", err)
 	}
-	t.Cleanup(func() {
+	drop = func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		conn, err := pgx.Connect(ctx, admin)
 		if err != nil {
-			t.Errorf("testdb: drop %s: %v", name, err)
-			return
+			return fmt.Errorf("drop %s: %w", name, err)
 		}
 		defer conn.Close(ctx)
 		if _, err := conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name)); err != nil {
-			t.Errorf("testdb: drop %s: %v", name, err)
+			return fmt.Errorf("drop %s: %w", name, err)
 		}
-	})
-	url := withDatabase(admin, name)
+		return nil
+	}
+	url = withDatabase(admin, name)
 	// The template may have been built days ago: give the clone the
 	// partitions that today's inserts need, as bin/api does at start.
 	db, err := pgx.Connect(ctx, url)
 	if err != nil {
-		t.Fatalf("testdb: %v", err)
+		return "", nil, errors.Join(err, drop())
 	}
 	defer db.Close(ctx)
 	if _, err := db.Exec(ctx, ensurePartitionsSQL); err != nil {
-		t.Fatalf("testdb: partitions: %v", err)
+		return "", nil, errors.Join(fmt.Errorf("partitions: %w", err), drop())
 	}
-	return url
+	return url, drop, nil
 }
 
 // ensurePartitionsSQL is idempotency.EnsurePartitions's statement by the real
@@ -169,10 +189,15 @@ func Admin(t testing.TB) string {
 	t.Helper()
 	serverOnce.Do(func() { serverURL, serverErr = findServer(os.Getenv, dockerConfigured) })
 	if serverErr != nil {
-		t.Fatalf("testdb: no PostgreSQL for tests: %v. "+
-			"Start one (make pg), or point TEST_DATABASE_URL or DATABASE_URL at a server that answers.", serverErr)
+		t.Fatalf("testdb: %v", noServer(serverErr))
 	}
 	return serverURL
+}
+
+// noServer is the one line that says no server answered.
+func noServer(err error) error {
+	return fmt.Errorf("no PostgreSQL for tests: %v. "+
+		"Start one (make pg), or point TEST_DATABASE_URL or DATABASE_URL at a server that answers", err)
 }
 
 // pingTimeout bounds one try of a candidate server. A server that is up

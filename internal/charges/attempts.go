@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
@@ -102,24 +103,18 @@ func attemptKey(chargeID string, n int, single bool) string {
 // one PSP under two attempts.
 const insertAttemptSQL = `INSERT INTO charge_attempts (tenant_id, charge_id, n, psp, psp_key) VALUES ($1, $2, $3, $4, $5)`
 
-func insertAttempt(ctx context.Context, tx pgx.Tx, c *Charge, a attempt) error {
-	if _, err := tx.Exec(ctx, insertAttemptSQL, c.TenantID, c.ID, a.N, a.PSP, a.Key); err != nil {
-		return fmt.Errorf("record attempt %d of %s at %s: %w", a.N, c.ID, a.PSP, err)
-	}
+func insertAttempt(tx *phases.Tx, c *Charge, a attempt) {
+	tx.Queue(insertAttemptSQL, c.TenantID, c.ID, a.N, a.PSP, a.Key)
 	c.attempts = append(c.attempts, a)
-	return nil
 }
 
 // endAttemptSQL writes an attempt's answer, with the charge's update.
 const endAttemptSQL = `UPDATE charge_attempts SET outcome = $4, ended_at = phasepay_now()
  WHERE tenant_id = $1 AND charge_id = $2 AND n = $3`
 
-func endAttempt(ctx context.Context, tx pgx.Tx, c *Charge, a *attempt, outcome string) error {
-	if _, err := tx.Exec(ctx, endAttemptSQL, c.TenantID, c.ID, a.N, outcome); err != nil {
-		return fmt.Errorf("end attempt %d of %s: %w", a.N, c.ID, err)
-	}
+func endAttempt(tx *phases.Tx, c *Charge, a *attempt, outcome string) {
+	tx.Queue(endAttemptSQL, c.TenantID, c.ID, a.N, outcome)
 	a.Outcome = &outcome
-	return nil
 }
 
 // attemptsSQL lists a charge's attempts in order (its primary key).

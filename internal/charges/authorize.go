@@ -6,31 +6,31 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/problem"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
-// Authorize: POST /v1/charges. The states of one request, and the
-// transaction that commits each arrow (each recovery point is committed with
-// its arrow's effects, fenced by the key's lock_version):
+// Authorize: POST /v1/charges, the operation "charges.create". The states
+// of one request, and the transaction that commits each arrow (each
+// recovery point is committed with its arrow's effects, fenced by the
+// key's lock_version):
 //
 //	           claim (tx 1)
 //	              │
 //	              ▼
-//	  ┌─────── start ───────┐   tx 1 too: no foreign call between the claim
-//	  │ create the charge   │   and the charge row, so they commit together
-//	  ▼                     │   (unless OneCommitPerPhase: tx 1b)
+//	  ┌─────── start ───────┐   tx 1 too (WithClaim): no foreign call between
+//	  │ create the charge   │   the claim and the charge row, so they commit
+//	  ▼                     │   together (unless OneCommitPerPhase: tx 1b)
 //	charge_created          │
 //	  │ PSP authorize       │   the foreign call, outside any transaction,
 //	  │ (key <charge>:authorize)  under a heartbeat-renewed lease
 //	  ▼
-//	psp_authorized ─────────┐   tx 2: the PSP's answer on the charge row
-//	  │ answer              │   tx 2 too (unless OneCommitPerPhase: tx 2b):
-//	  ▼                     │   the response stored for replay, key done
+//	psp_authorized ─────────┐   tx 2 (the step after the call): the PSP's
+//	  │ answer              │   answer on the charge row; tx 2 too (unless
+//	  ▼                     │   OneCommitPerPhase: tx 2b): the response
+//	                        │   stored for replay, key done
 //	done ◀──────────────────┘
 //
 // A new charge therefore costs two commits; a resumed one starts at its
@@ -48,18 +48,17 @@ const (
 	PointPSPAuthorized idempotency.RecoveryPoint = "psp_authorized"
 )
 
-// The crash points of an authorization: after each commit, and after the
-// PSP answered but before its answer committed (the lost-response case).
+// The crash points of an authorization's own commits (besides the
+// engine's phases.CrashAfterClaim and phases.CrashAfterPSPCall): after
+// each transaction whose first arrow reaches the point.
 const (
-	CrashAfterClaim         = phases.CrashAfterClaim
-	CrashAfterChargeCreated = CrashPoint("after_" + PointChargeCreated)
-	CrashAfterPSPCall       = phases.CrashAfterPSPCall
-	CrashAfterPSPAuthorized = CrashPoint("after_" + PointPSPAuthorized)
+	CrashAfterChargeCreated = phases.CrashPoint("after_" + PointChargeCreated)
+	CrashAfterPSPAuthorized = phases.CrashPoint("after_" + PointPSPAuthorized)
 )
 
 func authorizeOperation(a Authorizer, routes Routes) *phases.Operation[*Charge] {
 	return &phases.Operation[*Charge]{
-		Path: Path, Span: "charges.create", ResumeSpan: "charges.resume",
+		Name: "charges.create", ResumeSpan: "charges.resume", Path: Path,
 		ObjectID: func(idempotency.Canonical) string { return newChargeID() },
 		Load: func(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (*Charge, error) {
 			c, err := chargeByKey(ctx, q, lease.Record.ID())
@@ -68,14 +67,21 @@ func authorizeOperation(a Authorizer, routes Routes) *phases.Operation[*Charge] 
 			}
 			return c, loadAttempts(ctx, q, c)
 		},
-		Arrows: []phases.Arrow[*Charge]{
+		// tx 1: the claim and the pending charge.
+		WithClaim: []phases.Arrow[*Charge]{
 			{To: PointChargeCreated, Commit: createCharge(routes)},
-			{To: PointPSPAuthorized, Call: authorizeCall(a, routes), Commit: recordAuthorization(routes)},
-			{To: idempotency.PointDone, Commit: func(_ context.Context, _ pgx.Tx, run *phases.Run[*Charge]) error {
-				run.Finish(response(run.Object))
-				return nil
-			}},
 		},
+		// tx 2, after the PSP's answer: the answer on the charge, and the
+		// response stored.
+		Steps: []phases.Step[*Charge]{{
+			Call: authorizeCall(a, routes),
+			Arrows: []phases.Arrow[*Charge]{
+				{To: PointPSPAuthorized, Commit: recordAuthorization(routes)},
+				{To: idempotency.PointDone, Commit: func(_ context.Context, _ *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
+					return phases.Respond(response(run.Object)), nil
+				}},
+			},
+		}},
 	}
 }
 
@@ -83,19 +89,15 @@ func authorizeOperation(a Authorizer, routes Routes) *phases.Operation[*Charge] 
 // the claim recorded on the key, at the PSP its route starts at (the first
 // whose breaker lets new charges in), and its first attempt there,
 // recorded before anything is sent.
-func createCharge(routes Routes) func(context.Context, pgx.Tx, *phases.Run[*Charge]) error {
-	return func(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
+func createCharge(routes Routes) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Transition, error) {
+	return func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
 		params, err := requestParams(run.Request())
 		if err != nil {
-			return fmt.Errorf("key %q: stored request: %w", run.Lease.Record.Key, err)
+			return phases.Transition{}, fmt.Errorf("key %q: stored request: %w", run.Lease.Record.Key, err)
 		}
 		at := routes.Choose(params.Currency)
-		c, err := insertCharge(ctx, tx, run.Lease.Record.ID(), run.ObjectID, at, attemptKey(run.ObjectID, 1, routes.Single()), params)
-		if err != nil {
-			return err
-		}
-		run.Object = c
-		return nil
+		run.Object = insertCharge(tx, run.Lease.Record.ID(), run.ObjectID, at, attemptKey(run.ObjectID, 1, routes.Single()), params)
+		return phases.Next(), nil
 	}
 }
 
@@ -144,12 +146,12 @@ func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Ru
 //
 // A refusal with a PSP left on the charge's route is not an end: the
 // refusal and the next attempt, at the next PSP, commit together and the
-// charge stays at charge_created (Run.Again), so that the next call goes
+// charge stays at charge_created (phases.Again), so that the next call goes
 // there, Fresh. Only a refusal moves a charge: the PSP answered that it
 // did nothing. A decline is the customer's answer, final everywhere; an
 // unknown outcome never reaches this arrow (the engine releases the run).
-func recordAuthorization(routes Routes) func(context.Context, pgx.Tx, *phases.Run[*Charge]) error {
-	return func(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
+func recordAuthorization(routes Routes) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Transition, error) {
+	return func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
 		c, out := run.Object, run.Outcome
 		cur := c.current()
 		ended, answered := "", cur
@@ -161,10 +163,9 @@ func recordAuthorization(routes Routes) func(context.Context, pgx.Tx, *phases.Ru
 			c.Status, c.PSPReference, c.DeclineCode, ended = StatusDeclined, &out.Authorization.ID, out.Authorization.DeclineCode, attemptDeclined
 		default: // refused: nothing was done at the PSP, and never will be
 			if next, ok := routes.Next(c.Currency, c.tried()); ok {
-				if err := endAttempt(ctx, tx, c, cur, attemptRefused); err != nil {
-					return err
-				}
-				return failOver(ctx, tx, run, routes, next)
+				endAttempt(tx, c, cur, attemptRefused)
+				failOver(tx, run, routes, next)
+				return phases.Again(), nil
 			}
 			reason := cmp.Or(out.Reason, "refused by the payment service provider")
 			c.Status, c.FailureReason, ended = StatusFailed, &reason, attemptRefused
@@ -174,32 +175,27 @@ func recordAuthorization(routes Routes) func(context.Context, pgx.Tx, *phases.Ru
 			// was not what answered.
 			answered = nil
 		}
-		if err := updateAuthorization(ctx, tx, c, answered, ended); err != nil {
-			return err
+		updateAuthorization(tx, c, answered, ended)
+		if err := writeStatusEvent(ctx, tx, c); err != nil {
+			return phases.Transition{}, err
 		}
-		return writeStatusEvent(ctx, tx, c)
+		return phases.Next(), nil
 	}
 }
 
 // failOver moves a refused charge to its next PSP: a new attempt there,
 // recorded before anything is sent, and the charge's psp, in the
 // transaction that records the refusal; the run goes round the PSP call
-// again from charge_created.
-func failOver(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge], routes Routes, next string) error {
+// again from charge_created (the caller answers phases.Again).
+func failOver(tx *phases.Tx, run *phases.Run[*Charge], routes Routes, next string) {
 	c := run.Object
 	from := c.current()
 	a := attempt{N: from.N + 1, PSP: next, Key: attemptKey(c.ID, from.N+1, false)}
 	fromPSP := from.PSP
-	if err := insertAttempt(ctx, tx, c, a); err != nil {
-		return err
-	}
+	insertAttempt(tx, c, a)
 	c.PSP = next
-	if err := updateChargePSP(ctx, tx, c); err != nil {
-		return err
-	}
+	updateChargePSP(tx, c)
 	routes.CountFailover(fromPSP, next)
-	run.Again()
-	return nil
 }
 
 // response is the final answer for a charge the PSP has answered.

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/problem"
@@ -66,34 +64,40 @@ func ParseCaptureRequest(chargeID string, body []byte) (idempotency.Canonical, e
 
 func captureOperation(o Operator) *phases.Operation[*Charge] {
 	return &phases.Operation[*Charge]{
-		Path: CapturePath, Span: "charges.capture", ResumeSpan: "charges.capture.resume",
+		Name: "charges.capture", ResumeSpan: "charges.capture.resume", Path: CapturePath,
 		Admit:    admitSettlement,
 		ObjectID: func(req idempotency.Canonical) string { return chargeOfPath(req.Path) },
 		Load:     loadCharge,
-		Arrows: []phases.Arrow[*Charge]{
+		// tx 1: the claim and the settlement claimed under the charge's lock.
+		WithClaim: []phases.Arrow[*Charge]{
 			{To: PointCaptureStarted, Commit: startCapture},
-			{To: PointPSPCaptured, Call: settleCall(o, psp.KindCapture, "capture", captureAmount), Commit: recordSettlement(StatusCaptured)},
-			{To: idempotency.PointDone, Commit: answerCharge},
 		},
+		// tx 2, after the PSP's answer: the capture recorded, the answer stored.
+		Steps: []phases.Step[*Charge]{{
+			Call: settleCall(o, psp.KindCapture, "capture", captureAmount),
+			Arrows: []phases.Arrow[*Charge]{
+				{To: PointPSPCaptured, Commit: recordSettlement(StatusCaptured)},
+				{To: idempotency.PointDone, Commit: answerCharge},
+			},
+		}},
 	}
 }
 
 // startCapture is start → capture_started, under the charge's row lock.
-func startCapture(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
+func startCapture(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
 	c, err := lockCharge(ctx, tx, run.Lease.Record.TenantID, run.ObjectID)
 	if err != nil {
-		return err
+		return phases.Transition{}, err
 	}
 	run.Object = c
 	switch {
 	case c.Status != StatusAuthorized || c.settlement != nil:
-		run.Finish(refusal(problem.ChargeNotCapturable, c.ID, fmt.Sprintf("Charge %s is %s%s and cannot be captured.", c.ID, c.Status, settling(c))))
-		return nil
+		return phases.Respond(refusal(problem.ChargeNotCapturable, c.ID, fmt.Sprintf("Charge %s is %s%s and cannot be captured.", c.ID, c.Status, settling(c)))), nil
 	case captureAmount(c, run.Request()) > c.Amount:
-		run.Finish(refusal(problem.AmountTooLarge, c.ID, fmt.Sprintf("The amount exceeds the authorized %d.", c.Amount)))
-		return nil
+		return phases.Respond(refusal(problem.AmountTooLarge, c.ID, fmt.Sprintf("The amount exceeds the authorized %d.", c.Amount))), nil
 	}
-	return claimSettlement(ctx, tx, c, settleCapture)
+	claimSettlement(tx, c, settleCapture)
+	return phases.Next(), nil
 }
 
 // captureAmount is the amount a capture request asks for: all by default.

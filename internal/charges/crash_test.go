@@ -13,6 +13,7 @@ import (
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
@@ -37,17 +38,17 @@ func TestResumeAfterCrashAtEveryPoint(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		oneCommit bool
-		at        charges.CrashPoint
+		at        phases.CrashPoint
 		// The retry finds the key done already: a crash after the final
 		// commit loses only the answer, which the replay restores.
 		wantReplay bool
 	}{
-		{false, charges.CrashAfterClaim, false},
-		{false, charges.CrashAfterPSPCall, false},
+		{false, phases.CrashAfterClaim, false},
+		{false, phases.CrashAfterPSPCall, false},
 		{false, charges.CrashAfterPSPAuthorized, true},
-		{true, charges.CrashAfterClaim, false},
+		{true, phases.CrashAfterClaim, false},
 		{true, charges.CrashAfterChargeCreated, false},
-		{true, charges.CrashAfterPSPCall, false},
+		{true, phases.CrashAfterPSPCall, false},
 		{true, charges.CrashAfterPSPAuthorized, false},
 	}
 	for _, tt := range tests {
@@ -55,26 +56,26 @@ func TestResumeAfterCrashAtEveryPoint(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setup(t)
-			req, params := chargestest.Request(t, visa)
+			req, _ := chargestest.Request(t, visa)
 
-			dying := b.Service(t, 0, charges.Config{OneCommitPerPhase: tt.oneCommit, CrashHook: chargestest.CrashAt(tt.at)})
-			_, err := dying.Create(ctx, b.Tenant, "crash", req, params)
+			dying := b.Service(t, 0, phases.Config{OneCommitPerPhase: tt.oneCommit, CrashHook: chargestest.CrashAt(tt.at)})
+			_, err := dying.Create(ctx, b.Tenant, "crash", charges.Parsed(req))
 			require.ErrorIs(t, err, chargestest.ErrCrash)
 
 			// Before the lease runs out, a retry is told to wait.
-			_, err = b.Service(t, time.Second, charges.Config{OneCommitPerPhase: tt.oneCommit}).Create(ctx, b.Tenant, "crash", req, params)
+			_, err = b.Service(t, time.Second, phases.Config{OneCommitPerPhase: tt.oneCommit}).Create(ctx, b.Tenant, "crash", charges.Parsed(req))
 			if !tt.wantReplay {
 				require.ErrorIs(t, err, idempotency.ErrInProgress)
 			}
 
-			later := b.Service(t, b.Keys.Lease()+time.Second, charges.Config{OneCommitPerPhase: tt.oneCommit})
-			res, err := later.Create(ctx, b.Tenant, "crash", req, params)
+			later := b.Service(t, b.Keys.Lease()+time.Second, phases.Config{OneCommitPerPhase: tt.oneCommit})
+			res, err := later.Create(ctx, b.Tenant, "crash", charges.Parsed(req))
 			require.NoError(t, err)
 			require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 			if tt.wantReplay {
-				require.Equal(t, charges.OutcomeReplay, res.Outcome)
+				require.Equal(t, phases.OutcomeReplay, res.Outcome)
 			} else {
-				require.Equal(t, charges.OutcomeTakeover, res.Outcome)
+				require.Equal(t, phases.OutcomeTakeover, res.Outcome)
 			}
 
 			id := chargeID(t, res.Response)
@@ -83,9 +84,9 @@ func TestResumeAfterCrashAtEveryPoint(t *testing.T) {
 			state, _, _ := b.KeyState(t, "crash")
 			require.Equal(t, "done", state)
 
-			again, err := later.Create(ctx, b.Tenant, "crash", req, params)
+			again, err := later.Create(ctx, b.Tenant, "crash", charges.Parsed(req))
 			require.NoError(t, err)
-			require.Equal(t, charges.OutcomeReplay, again.Outcome)
+			require.Equal(t, phases.OutcomeReplay, again.Outcome)
 			require.Equal(t, res.Response, again.Response)
 		})
 	}
@@ -100,14 +101,14 @@ func TestPSPCalledTwiceAfterTakeoverAuthorizesOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	req, params := chargestest.Request(t, visa)
+	req, _ := chargestest.Request(t, visa)
 
-	_, err := b.Service(t, 0, charges.Config{CrashHook: chargestest.CrashAt(charges.CrashAfterPSPCall)}).Create(ctx, b.Tenant, "k", req, params)
+	_, err := b.Service(t, 0, phases.Config{CrashHook: chargestest.CrashAt(phases.CrashAfterPSPCall)}).Create(ctx, b.Tenant, "k", charges.Parsed(req))
 	require.ErrorIs(t, err, chargestest.ErrCrash)
 	first := b.Mock.Authorizations()
 	require.Len(t, first, 1)
 
-	res, err := b.Service(t, b.Keys.Lease()+time.Second, charges.Config{}).Create(ctx, b.Tenant, "k", req, params)
+	res, err := b.Service(t, b.Keys.Lease()+time.Second, phases.Config{}).Create(ctx, b.Tenant, "k", charges.Parsed(req))
 	require.NoError(t, err)
 	auths := b.AuthorizationsFor(chargeID(t, res.Response))
 	require.Len(t, auths, 1)
@@ -146,24 +147,24 @@ func TestStaleWorkerCannotCommitAfterTakeover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	req, params := chargestest.Request(t, visa)
+	req, _ := chargestest.Request(t, visa)
 
 	gate := &gatedAuthorizer{next: b.PSP, entered: make(chan struct{}), released: make(chan struct{})}
-	stalled := chargestest.NewService(t, b.Pool, b.Keys, gate, charges.Config{})
+	stalled := chargestest.NewService(t, b.Pool, b.Keys, gate, phases.Config{})
 	type result struct {
-		res charges.Result
+		res phases.Result
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := stalled.Create(ctx, b.Tenant, "stall", req, params)
+		res, err := stalled.Create(ctx, b.Tenant, "stall", charges.Parsed(req))
 		done <- result{res, err}
 	}()
 	<-gate.entered
 
-	fresh, err := b.Service(t, b.Keys.Lease()+time.Second, charges.Config{}).Create(ctx, b.Tenant, "stall", req, params)
+	fresh, err := b.Service(t, b.Keys.Lease()+time.Second, phases.Config{}).Create(ctx, b.Tenant, "stall", charges.Parsed(req))
 	require.NoError(t, err)
-	require.Equal(t, charges.OutcomeTakeover, fresh.Outcome)
+	require.Equal(t, phases.OutcomeTakeover, fresh.Outcome)
 
 	close(gate.released)
 	stale := <-done
@@ -184,11 +185,11 @@ func TestPSPOutageIsRetriedOnSchedule(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	req, params := chargestest.Request(t, visa)
-	svc := b.Service(t, 0, charges.Config{})
+	req, _ := chargestest.Request(t, visa)
+	svc := b.Service(t, 0, phases.Config{})
 
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
-	_, outageErr := svc.Create(ctx, b.Tenant, "outage", req, params)
+	_, outageErr := svc.Create(ctx, b.Tenant, "outage", charges.Parsed(req))
 	require.ErrorIs(t, outageErr, charges.ErrPSPUnavailable)
 	rec, err := b.Keys.Lookup(ctx, b.Pool, b.Tenant, "outage")
 	require.NoError(t, err)
@@ -203,17 +204,17 @@ func TestPSPOutageIsRetriedOnSchedule(t *testing.T) {
 	require.Positive(t, unavailable.RetryAfterSeconds())
 
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))
-	_, err = svc.Create(ctx, b.Tenant, "outage", req, params)
+	_, err = svc.Create(ctx, b.Tenant, "outage", charges.Parsed(req))
 	var wait *idempotency.WaitError
 	require.ErrorAs(t, err, &wait, "a retry before the next attempt is due waits")
 	require.Equal(t, rec.ObjectID, wait.ObjectID)
 	require.Empty(t, b.Mock.Authorizations(), "the (now healthy) PSP is not called before the attempt is due")
 
 	// Due: the retry resumes at once.
-	due := b.Service(t, 2*time.Second, charges.Config{})
-	res, err := due.Create(ctx, b.Tenant, "outage", req, params)
+	due := b.Service(t, 2*time.Second, phases.Config{})
+	res, err := due.Create(ctx, b.Tenant, "outage", charges.Parsed(req))
 	require.NoError(t, err)
-	require.Equal(t, charges.OutcomeTakeover, res.Outcome)
+	require.Equal(t, phases.OutcomeTakeover, res.Outcome)
 	require.Equal(t, 201, res.Response.Status)
 	require.Equal(t, 1, len(b.ChargeIDs(t, "outage")))
 	require.Len(t, b.AuthorizationsFor(chargeID(t, res.Response)), 1)
@@ -223,10 +224,10 @@ func TestDeclinedChargeIsStoredAsProblem(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	req, params := chargestest.Request(t, `{"amount":500,"currency":"eur","payment_method":"pm_card_chargeDeclined"}`)
-	svc := b.Service(t, 0, charges.Config{})
+	req, _ := chargestest.Request(t, `{"amount":500,"currency":"eur","payment_method":"pm_card_chargeDeclined"}`)
+	svc := b.Service(t, 0, phases.Config{})
 
-	res, err := svc.Create(ctx, b.Tenant, "declined", req, params)
+	res, err := svc.Create(ctx, b.Tenant, "declined", charges.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 402, res.Response.Status)
 	require.Equal(t, "application/problem+json", res.Response.ContentType)

@@ -4,9 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/phasepay/phasepay/internal/events"
+	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
 // chargeEventTypes names the event each status a charge can move to
@@ -28,7 +27,7 @@ var refundEventTypes = map[RefundStatus]events.Type{
 // writeStatusEvent records the event of c's new status in tx, the
 // transaction that commits the status: the event commits exactly when the
 // change does (TestNoStatusChangeWithoutItsEvent).
-func writeStatusEvent(ctx context.Context, tx pgx.Tx, c *Charge) error {
+func writeStatusEvent(ctx context.Context, tx idempotency.DBTX, c *Charge) error {
 	typ, ok := chargeEventTypes[c.Status]
 	if !ok {
 		return fmt.Errorf("charge %s: no event for status %q", c.ID, c.Status)
@@ -42,7 +41,7 @@ func writeStatusEvent(ctx context.Context, tx pgx.Tx, c *Charge) error {
 
 // writeRefundEvent records the event of r's end (refund.succeeded or
 // .failed) in tx, the transaction that ends the refund.
-func writeRefundEvent(ctx context.Context, tx pgx.Tx, r *Refund) error {
+func writeRefundEvent(ctx context.Context, tx idempotency.DBTX, r *Refund) error {
 	typ, ok := refundEventTypes[r.Status]
 	if !ok {
 		return fmt.Errorf("refund %s: no event for status %q", r.ID, r.Status)

@@ -122,9 +122,9 @@ func requireEventsMatchStatuses(t *testing.T, b *chargestest.Bundle) {
 func TestNoStatusChangeWithoutItsEvent(t *testing.T) {
 	t.Parallel()
 	t.Run("operations", testOperationEventsAtEveryCrashPoint)
-	points := map[bool][]charges.CrashPoint{
-		false: {"", charges.CrashAfterClaim, charges.CrashAfterPSPCall, charges.CrashAfterPSPAuthorized},
-		true:  {"", charges.CrashAfterClaim, charges.CrashAfterChargeCreated, charges.CrashAfterPSPCall, charges.CrashAfterPSPAuthorized},
+	points := map[bool][]phases.CrashPoint{
+		false: {"", phases.CrashAfterClaim, phases.CrashAfterPSPCall, charges.CrashAfterPSPAuthorized},
+		true:  {"", phases.CrashAfterClaim, charges.CrashAfterChargeCreated, phases.CrashAfterPSPCall, charges.CrashAfterPSPAuthorized},
 	}
 	outcomes := map[string]struct {
 		pm     string
@@ -142,18 +142,18 @@ func TestNoStatusChangeWithoutItsEvent(t *testing.T) {
 					ctx := context.Background()
 					b := setup(t)
 					require.NoError(t, b.Mock.SetFaults(o.faults))
-					req, params := chargestest.Request(t, fmt.Sprintf(`{"amount":1000,"currency":"usd","payment_method":%q}`, o.pm))
-					cfg := charges.Config{OneCommitPerPhase: oneCommit}
+					req, _ := chargestest.Request(t, fmt.Sprintf(`{"amount":1000,"currency":"usd","payment_method":%q}`, o.pm))
+					cfg := phases.Config{OneCommitPerPhase: oneCommit}
 					if at != "" {
 						cfg.CrashHook = chargestest.CrashAt(at)
 					}
-					_, err := b.Service(t, 0, cfg).Create(ctx, b.Tenant, "k", req, params)
+					_, err := b.Service(t, 0, cfg).Create(ctx, b.Tenant, "k", charges.Parsed(req))
 					if at != "" {
 						require.ErrorIs(t, err, chargestest.ErrCrash)
 					}
 					requireEventsMatchStatuses(t, b)
 
-					_, _ = b.Service(t, b.Keys.Lease()+time.Second, charges.Config{OneCommitPerPhase: oneCommit}).Create(ctx, b.Tenant, "k", req, params)
+					_, _ = b.Service(t, b.Keys.Lease()+time.Second, phases.Config{OneCommitPerPhase: oneCommit}).Create(ctx, b.Tenant, "k", charges.Parsed(req))
 					state, _, _ := b.KeyState(t, "k")
 					require.Equal(t, "done", state)
 					requireEventsMatchStatuses(t, b)
@@ -175,22 +175,22 @@ var operationCrashPoints = map[string][]phases.CrashPoint{
 
 // runOperation runs the operation named op on charge id under key "op":
 // a capture of 600, a void, or a refund of 400.
-func runOperation(t *testing.T, b *chargestest.Bundle, s *charges.Service, op, id string) (charges.Result, error) {
+func runOperation(t *testing.T, b *chargestest.Bundle, s *charges.Service, op, id string) (phases.Result, error) {
 	t.Helper()
 	ctx := context.Background()
 	switch op {
 	case "capture":
 		req, err := charges.ParseCaptureRequest(id, []byte(`{"amount":600}`))
 		require.NoError(t, err)
-		return s.Capture(ctx, b.Tenant, "op", req)
+		return s.Capture(ctx, b.Tenant, "op", id, charges.Parsed(req))
 	case "void":
 		req, err := charges.ParseVoidRequest(id, []byte(`{}`))
 		require.NoError(t, err)
-		return s.Void(ctx, b.Tenant, "op", req)
+		return s.Void(ctx, b.Tenant, "op", id, charges.Parsed(req))
 	}
 	req, _, err := charges.ParseRefundRequest(fmt.Appendf(nil, `{"charge":%q,"amount":400}`, id))
 	require.NoError(t, err)
-	return s.Refund(ctx, b.Tenant, "op", req)
+	return s.Refund(ctx, b.Tenant, "op", charges.Parsed(req))
 }
 
 // testOperationEventsAtEveryCrashPoint is TestNoStatusChangeWithoutItsEvent
@@ -207,18 +207,18 @@ func testOperationEventsAtEveryCrashPoint(t *testing.T) {
 						t.Parallel()
 						ctx := context.Background()
 						b := setup(t)
-						svc := b.Service(t, 0, charges.Config{})
+						svc := b.Service(t, 0, phases.Config{})
 						id := authorized(t, b, svc)
 						if op == "refund" {
 							req, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 							require.NoError(t, err)
-							_, err = svc.Capture(ctx, b.Tenant, "cap", req)
+							_, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(req))
 							require.NoError(t, err)
 						}
 						if refused {
 							require.NoError(t, b.Mock.SetFaults(psp.Faults{RejectRate: 1}))
 						}
-						cfg := charges.Config{OneCommitPerPhase: oneCommit}
+						cfg := phases.Config{OneCommitPerPhase: oneCommit}
 						if at != "" {
 							cfg.CrashHook = chargestest.CrashAt(at)
 						}
@@ -228,7 +228,7 @@ func testOperationEventsAtEveryCrashPoint(t *testing.T) {
 						}
 						requireEventsMatchStatuses(t, b)
 
-						res, err := runOperation(t, b, b.Service(t, b.Keys.Lease()+time.Second, charges.Config{OneCommitPerPhase: oneCommit}), op, id)
+						res, err := runOperation(t, b, b.Service(t, b.Keys.Lease()+time.Second, phases.Config{OneCommitPerPhase: oneCommit}), op, id)
 						require.NoError(t, err)
 						want := map[bool][]int{false: {200, 201}, true: {402}}[refused]
 						require.Contains(t, want, res.Response.Status, string(res.Response.Body))
@@ -269,8 +269,8 @@ func TestNeedsAttentionWritesItsEvent(t *testing.T) {
 	ctx := context.Background()
 	b := chargestest.Setup(t, idempotency.Config{RetryBase: time.Millisecond, RetryMax: time.Millisecond, GiveUpAfter: time.Hour})
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
-	req, params := chargestest.Request(t, visa)
-	_, err := b.Service(t, 0, charges.Config{}).Create(ctx, b.Tenant, "k", req, params)
+	req, _ := chargestest.Request(t, visa)
+	_, err := b.Service(t, 0, phases.Config{}).Create(ctx, b.Tenant, "k", charges.Parsed(req))
 	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
 	requireEventsMatchStatuses(t, b)
 	var n int
@@ -278,7 +278,7 @@ func TestNeedsAttentionWritesItsEvent(t *testing.T) {
 	require.Zero(t, n)
 
 	// Past GIVE_UP_AFTER: the next failed attempt gives up.
-	_, err = b.Service(t, 2*time.Hour, charges.Config{}).Create(ctx, b.Tenant, "k", req, params)
+	_, err = b.Service(t, 2*time.Hour, phases.Config{}).Create(ctx, b.Tenant, "k", charges.Parsed(req))
 	require.ErrorIs(t, err, idempotency.ErrUnresolved)
 	state, _, _ := b.KeyState(t, "k")
 	require.Equal(t, "needs_attention", state)
@@ -302,10 +302,10 @@ func TestOperationEventsReachSubscribedEndpoints(t *testing.T) {
 	auth, err := webhooks.Create(ctx, b.Pool, b.Tenant, "https://example.com/auth", []string{"charge.authorized"})
 	require.NoError(t, err)
 
-	svc := b.Service(t, 0, charges.Config{})
+	svc := b.Service(t, 0, phases.Config{})
 	captured := authorized(t, b, svc)
-	req, params := chargestest.Request(t, visa)
-	res, err := svc.Create(ctx, b.Tenant, "auth2", req, params)
+	req, _ := chargestest.Request(t, visa)
+	res, err := svc.Create(ctx, b.Tenant, "auth2", charges.Parsed(req))
 	require.NoError(t, err)
 	voided := chargeID(t, res.Response)
 	res, err = runOperation(t, b, svc, "capture", captured)
@@ -313,16 +313,16 @@ func TestOperationEventsReachSubscribedEndpoints(t *testing.T) {
 	require.Equal(t, 200, res.Response.Status)
 	vreq, err := charges.ParseVoidRequest(voided, []byte(`{}`))
 	require.NoError(t, err)
-	res, err = svc.Void(ctx, b.Tenant, "void", vreq)
+	res, err = svc.Void(ctx, b.Tenant, "void", voided, charges.Parsed(vreq))
 	require.NoError(t, err)
 	require.Equal(t, 200, res.Response.Status)
 	rreq, _, err := charges.ParseRefundRequest(fmt.Appendf(nil, `{"charge":%q,"amount":100}`, captured))
 	require.NoError(t, err)
-	res, err = svc.Refund(ctx, b.Tenant, "refund", rreq)
+	res, err = svc.Refund(ctx, b.Tenant, "refund", charges.Parsed(rreq))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status)
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{RejectRate: 1}))
-	res, err = svc.Refund(ctx, b.Tenant, "refund2", rreq)
+	res, err = svc.Refund(ctx, b.Tenant, "refund2", charges.Parsed(rreq))
 	require.NoError(t, err)
 	require.Equal(t, 402, res.Response.Status)
 

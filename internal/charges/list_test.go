@@ -13,6 +13,7 @@ import (
 
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/phases"
 )
 
 // Pages of a list, with every charge sharing one created_at (the test
@@ -22,11 +23,11 @@ func TestListPagesThroughTiesInOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	svc := b.Service(t, 0, charges.Config{})
+	svc := b.Service(t, 0, phases.Config{})
 	var want []string
 	for i := range 7 {
-		req, params := chargestest.Request(t, visa)
-		res, err := svc.Create(ctx, b.Tenant, fmt.Sprintf("k%d", i), req, params)
+		req, _ := chargestest.Request(t, visa)
+		res, err := svc.Create(ctx, b.Tenant, fmt.Sprintf("k%d", i), charges.Parsed(req))
 		require.NoError(t, err)
 		want = append(want, chargeID(t, res.Response))
 	}
@@ -64,21 +65,21 @@ func TestListRefundsOfACharge(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	svc := b.Service(t, 0, charges.Config{})
+	svc := b.Service(t, 0, phases.Config{})
 	id := authorized(t, b, svc)
 	capReq, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 	require.NoError(t, err)
-	_, err = svc.Capture(ctx, b.Tenant, "cap", capReq)
+	_, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(capReq))
 	require.NoError(t, err)
-	req, params := chargestest.Request(t, visa)
-	res, err := svc.Create(ctx, b.Tenant, "other", req, params)
+	req, _ := chargestest.Request(t, visa)
+	res, err := svc.Create(ctx, b.Tenant, "other", charges.Parsed(req))
 	require.NoError(t, err)
 	other := chargeID(t, res.Response) // a charge with no refunds
 	var want []string
 	for i := range 4 {
 		req, _, err := charges.ParseRefundRequest([]byte(`{"charge":"` + id + `","amount":100}`))
 		require.NoError(t, err)
-		res, err := svc.Refund(ctx, b.Tenant, fmt.Sprintf("r%d", i), req)
+		res, err := svc.Refund(ctx, b.Tenant, fmt.Sprintf("r%d", i), charges.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, res.Response.Status)
 		var r struct{ ID string }

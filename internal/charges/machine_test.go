@@ -16,6 +16,7 @@ import (
 	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 )
 
 func TestMain(m *testing.M) {
@@ -94,11 +95,11 @@ func (c *commitCounter) count() int {
 func TestCommitsPerNewCharge(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		cfg  charges.Config
+		cfg  phases.Config
 		want int
 	}{
-		{charges.Config{}, 2},
-		{charges.Config{OneCommitPerPhase: true}, 4},
+		{phases.Config{}, 2},
+		{phases.Config{OneCommitPerPhase: true}, 4},
 	} {
 		t.Run(fmt.Sprint(tt.want), func(t *testing.T) {
 			t.Parallel()
@@ -108,8 +109,8 @@ func TestCommitsPerNewCharge(t *testing.T) {
 			pool := testdb.Pool(t, b.URL, b.T0, func(c *pgxpool.Config) { c.ConnConfig.Tracer = counter })
 			svc := chargestest.NewService(t, pool, b.Keys, b.PSP, tt.cfg)
 
-			req, params := chargestest.Request(t, visa)
-			res, err := svc.Create(ctx, b.Tenant, "commits", req, params)
+			req, _ := chargestest.Request(t, visa)
+			res, err := svc.Create(ctx, b.Tenant, "commits", charges.Parsed(req))
 			require.NoError(t, err)
 			require.Equal(t, 201, res.Response.Status)
 			require.Equal(t, tt.want, counter.count())
@@ -120,9 +121,9 @@ func TestCommitsPerNewCharge(t *testing.T) {
 			require.EqualValues(t, 1, lv)
 
 			// A replay is a plain read: nothing commits.
-			res, err = svc.Create(ctx, b.Tenant, "commits", req, params)
+			res, err = svc.Create(ctx, b.Tenant, "commits", charges.Parsed(req))
 			require.NoError(t, err)
-			require.Equal(t, charges.OutcomeReplay, res.Outcome)
+			require.Equal(t, phases.OutcomeReplay, res.Outcome)
 			require.Equal(t, tt.want, counter.count())
 		})
 	}

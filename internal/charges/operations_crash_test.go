@@ -34,35 +34,35 @@ func TestOperationsResumeAfterCrashAtEveryPoint(t *testing.T) {
 					t.Parallel()
 					ctx := context.Background()
 					b := setup(t)
-					svc := b.Service(t, 0, charges.Config{})
+					svc := b.Service(t, 0, phases.Config{})
 					id := authorized(t, b, svc)
 					if o.name == "refund" {
 						req, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 						require.NoError(t, err)
-						_, err = svc.Capture(ctx, b.Tenant, "cap", req)
+						_, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(req))
 						require.NoError(t, err)
 					}
-					run := func(s *charges.Service) (charges.Result, error) {
+					run := func(s *charges.Service) (phases.Result, error) {
 						switch o.name {
 						case "capture":
 							req, err := charges.ParseCaptureRequest(id, []byte(`{"amount":600}`))
 							require.NoError(t, err)
-							return s.Capture(ctx, b.Tenant, "op", req)
+							return s.Capture(ctx, b.Tenant, "op", id, charges.Parsed(req))
 						case "void":
 							req, err := charges.ParseVoidRequest(id, []byte(`{}`))
 							require.NoError(t, err)
-							return s.Void(ctx, b.Tenant, "op", req)
+							return s.Void(ctx, b.Tenant, "op", id, charges.Parsed(req))
 						}
 						req, _, err := charges.ParseRefundRequest(fmt.Appendf(nil, `{"charge":%q,"amount":400}`, id))
 						require.NoError(t, err)
-						return s.Refund(ctx, b.Tenant, "op", req)
+						return s.Refund(ctx, b.Tenant, "op", charges.Parsed(req))
 					}
-					_, err := run(b.Service(t, 0, charges.Config{OneCommitPerPhase: oneCommit, CrashHook: chargestest.CrashAt(at)}))
+					_, err := run(b.Service(t, 0, phases.Config{OneCommitPerPhase: oneCommit, CrashHook: chargestest.CrashAt(at)}))
 					if err == nil {
 						return // this mode does not pass this point
 					}
 					require.ErrorIs(t, err, chargestest.ErrCrash)
-					res, err := run(b.Service(t, b.Keys.Lease()+time.Second, charges.Config{OneCommitPerPhase: oneCommit}))
+					res, err := run(b.Service(t, b.Keys.Lease()+time.Second, phases.Config{OneCommitPerPhase: oneCommit}))
 					require.NoError(t, err)
 					require.Contains(t, []int{200, 201}, res.Response.Status, string(res.Response.Body))
 					state, _, _ := b.KeyState(t, "op")

@@ -10,14 +10,15 @@ import (
 
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
 // authorized returns the id of a new authorized charge of 1000.
 func authorized(t *testing.T, b *chargestest.Bundle, svc *charges.Service) string {
 	t.Helper()
-	req, params := chargestest.Request(t, visa)
-	res, err := svc.Create(context.Background(), b.Tenant, "auth", req, params)
+	req, _ := chargestest.Request(t, visa)
+	res, err := svc.Create(context.Background(), b.Tenant, "auth", charges.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status)
 	return chargeID(t, res.Response)
@@ -30,7 +31,7 @@ func TestConcurrentCaptureAndVoidOneWins(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	svc := b.Service(t, 0, charges.Config{})
+	svc := b.Service(t, 0, phases.Config{})
 	id := authorized(t, b, svc)
 	var (
 		wg     sync.WaitGroup
@@ -39,16 +40,16 @@ func TestConcurrentCaptureAndVoidOneWins(t *testing.T) {
 	)
 	for i := range 16 {
 		wg.Go(func() {
-			var res charges.Result
+			var res phases.Result
 			var err error
 			if i%2 == 0 {
 				req, perr := charges.ParseCaptureRequest(id, []byte(`{}`))
 				require.NoError(t, perr)
-				res, err = svc.Capture(ctx, b.Tenant, fmt.Sprintf("c%d", i), req)
+				res, err = svc.Capture(ctx, b.Tenant, fmt.Sprintf("c%d", i), id, charges.Parsed(req))
 			} else {
 				req, perr := charges.ParseVoidRequest(id, []byte(`{}`))
 				require.NoError(t, perr)
-				res, err = svc.Void(ctx, b.Tenant, fmt.Sprintf("v%d", i), req)
+				res, err = svc.Void(ctx, b.Tenant, fmt.Sprintf("v%d", i), id, charges.Parsed(req))
 			}
 			require.NoError(t, err)
 			mu.Lock()
@@ -67,11 +68,11 @@ func TestConcurrentRefundsNeverExceedCaptured(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	svc := b.Service(t, 0, charges.Config{})
+	svc := b.Service(t, 0, phases.Config{})
 	id := authorized(t, b, svc)
 	req, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 	require.NoError(t, err)
-	res, err := svc.Capture(ctx, b.Tenant, "cap", req)
+	res, err := svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 200, res.Response.Status, string(res.Response.Body))
 
@@ -84,7 +85,7 @@ func TestConcurrentRefundsNeverExceedCaptured(t *testing.T) {
 		wg.Go(func() {
 			req, _, err := charges.ParseRefundRequest(fmt.Appendf(nil, `{"charge":%q,"amount":300}`, id))
 			require.NoError(t, err)
-			res, err := svc.Refund(ctx, b.Tenant, fmt.Sprintf("r%d", i), req)
+			res, err := svc.Refund(ctx, b.Tenant, fmt.Sprintf("r%d", i), charges.Parsed(req))
 			require.NoError(t, err)
 			mu.Lock()
 			status[res.Response.Status]++
@@ -111,25 +112,25 @@ func TestCaptureWaitsForUnresolvedAuthorization(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	svc := b.Service(t, 0, charges.Config{})
+	svc := b.Service(t, 0, phases.Config{})
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
-	req, params := chargestest.Request(t, visa)
-	_, err := svc.Create(ctx, b.Tenant, "auth", req, params)
+	req, _ := chargestest.Request(t, visa)
+	_, err := svc.Create(ctx, b.Tenant, "auth", charges.Parsed(req))
 	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
 	id := b.ChargeIDs(t, "auth")[0]
 
 	capture, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 	require.NoError(t, err)
-	_, err = svc.Capture(ctx, b.Tenant, "cap", capture)
+	_, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(capture))
 	require.ErrorIs(t, err, charges.ErrChargePending)
 
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))
 	_, err = b.Pool.Exec(ctx, `UPDATE idempotency_keys SET next_attempt_at = NULL WHERE key = 'auth'`)
 	require.NoError(t, err)
-	res, err := svc.Create(ctx, b.Tenant, "auth", req, params)
+	res, err := svc.Create(ctx, b.Tenant, "auth", charges.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status)
-	res, err = svc.Capture(ctx, b.Tenant, "cap", capture)
+	res, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(capture))
 	require.NoError(t, err)
 	require.Equal(t, 200, res.Response.Status, string(res.Response.Body))
 	require.Len(t, b.Mock.Captures(), 1)

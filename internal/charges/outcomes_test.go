@@ -13,6 +13,7 @@ import (
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
@@ -42,7 +43,7 @@ func newMockWorld(t *testing.T, cfg psp.MockConfig) *mockWorld {
 	return w
 }
 
-func (w *mockWorld) service(t *testing.T, offset time.Duration, cfg charges.Config) *charges.Service {
+func (w *mockWorld) service(t *testing.T, offset time.Duration, cfg phases.Config) *charges.Service {
 	t.Helper()
 	return chargestest.NewService(t, w.PoolAt(t, offset), w.Keys, w.client, cfg)
 }
@@ -74,10 +75,10 @@ func TestFinalPSPFailureIsStoredAndNeverResent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newMockWorld(t, psp.MockConfig{Faults: psp.Faults{RejectRate: 1}})
-	req, params := chargestest.Request(t, visa)
-	svc := w.service(t, 0, charges.Config{})
+	req, _ := chargestest.Request(t, visa)
+	svc := w.service(t, 0, phases.Config{})
 
-	res, err := svc.Create(ctx, w.Tenant, "refused", req, params)
+	res, err := svc.Create(ctx, w.Tenant, "refused", charges.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 402, res.Response.Status)
 	code, id, detail := problemOf(t, res.Response)
@@ -93,9 +94,9 @@ func TestFinalPSPFailureIsStoredAndNeverResent(t *testing.T) {
 	require.Equal(t, 1, w.posts(), "sent once")
 
 	require.NoError(t, w.mock.SetFaults(psp.Faults{}))
-	again, err := w.service(t, time.Hour, charges.Config{}).Create(ctx, w.Tenant, "refused", req, params)
+	again, err := w.service(t, time.Hour, phases.Config{}).Create(ctx, w.Tenant, "refused", charges.Parsed(req))
 	require.NoError(t, err)
-	require.Equal(t, charges.OutcomeReplay, again.Outcome)
+	require.Equal(t, phases.OutcomeReplay, again.Outcome)
 	require.Equal(t, res.Response, again.Response)
 	leases, err := w.Keys.TakeOverExpired(ctx, w.PoolAt(t, time.Hour), 10)
 	require.NoError(t, err)
@@ -112,9 +113,9 @@ func TestLostAnswerIsResolvedByLookup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newMockWorld(t, psp.MockConfig{Faults: psp.Faults{DropRate: 1}})
-	req, params := chargestest.Request(t, visa)
+	req, _ := chargestest.Request(t, visa)
 
-	res, err := w.service(t, 0, charges.Config{}).Create(ctx, w.Tenant, "lost", req, params)
+	res, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "lost", charges.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 	auths := w.mock.Authorizations()
@@ -139,15 +140,15 @@ func TestResendAfterPSPForgotKeyNeverChargesTwice(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newMockWorld(t, psp.MockConfig{KeyTTL: time.Minute})
-	req, params := chargestest.Request(t, visa)
+	req, _ := chargestest.Request(t, visa)
 
-	_, err := w.service(t, 0, charges.Config{CrashHook: chargestest.CrashAt(charges.CrashAfterPSPCall)}).
-		Create(ctx, w.Tenant, "forgot", req, params)
+	_, err := w.service(t, 0, phases.Config{CrashHook: chargestest.CrashAt(phases.CrashAfterPSPCall)}).
+		Create(ctx, w.Tenant, "forgot", charges.Parsed(req))
 	require.ErrorIs(t, err, chargestest.ErrCrash)
 	require.Len(t, w.mock.Authorizations(), 1)
 
 	w.offset.Store(int64(2 * time.Minute)) // the PSP has forgotten the key
-	res, err := w.service(t, w.Keys.Lease()+time.Second, charges.Config{}).Create(ctx, w.Tenant, "forgot", req, params)
+	res, err := w.service(t, w.Keys.Lease()+time.Second, phases.Config{}).Create(ctx, w.Tenant, "forgot", charges.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 	auths := w.mock.Authorizations()

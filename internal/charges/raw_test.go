@@ -10,6 +10,7 @@ import (
 	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 )
 
 // A replay answered from its stored bytes (the FromBody methods, as the
@@ -25,36 +26,36 @@ func TestReplayOfTheStoredBytesLooksLikeAnyReplay(t *testing.T) {
 	pool := testdb.Pool(t, b.URL, b.T0, counter.configure)
 	svc := chargestest.NewService(t, pool, b.Keys, b.PSP, tb.cfg)
 
-	first, err := svc.CreateFromBody(ctx, b.Tenant, "raw", []byte(visa))
+	first, err := svc.Create(ctx, b.Tenant, "raw", charges.RawBody([]byte(visa)))
 	require.NoError(t, err)
-	require.Equal(t, charges.OutcomeNew, first.Outcome)
+	require.Equal(t, phases.OutcomeNew, first.Outcome)
 	tb.take(t)
-	req, params := chargestest.Request(t, visa)
-	parsed, err := svc.Create(ctx, b.Tenant, "raw", req, params)
+	req, _ := chargestest.Request(t, visa)
+	parsed, err := svc.Create(ctx, b.Tenant, "raw", charges.Parsed(req))
 	require.NoError(t, err)
-	require.Equal(t, charges.OutcomeReplay, parsed.Outcome)
+	require.Equal(t, phases.OutcomeReplay, parsed.Outcome)
 	require.Equal(t, first.Response, parsed.Response)
 	parsedSpans := tb.take(t)
 
 	for _, body := range []string{visa, "{\"payment_method\": \"pm_card_visa\", \"currency\": \"usd\", \"amount\": 1000}\n"} {
 		trips := counter.n.Load()
-		res, err := svc.CreateFromBody(ctx, b.Tenant, "raw", []byte(body))
+		res, err := svc.Create(ctx, b.Tenant, "raw", charges.RawBody([]byte(body)))
 		require.NoError(t, err)
 		require.Equal(t, parsed, res, body)
 		require.EqualValues(t, 1, counter.n.Load()-trips, "one round trip: %s", body)
 		spans := tb.take(t)
 		require.Equal(t, names(parsedSpans), names(spans))
-		require.Equal(t, []string{charges.EventReplay}, events(spans[0]))
+		require.Equal(t, []string{phases.EventReplay}, events(spans[0]))
 		require.Equal(t, b.Tenant, attrs(spans[0])["phasepay.tenant_id"].AsInt64())
 	}
 	require.Equal(t, map[string]int64{"new": 1, "replay": 3}, tb.outcomes(t))
 
 	// Another body under the key is still the mismatch, an invalid one
 	// still refused before anything is decided.
-	_, err = svc.CreateFromBody(ctx, b.Tenant, "raw", []byte(`{"amount":1001,"currency":"usd","payment_method":"pm_card_visa"}`))
+	_, err = svc.Create(ctx, b.Tenant, "raw", charges.RawBody([]byte(`{"amount":1001,"currency":"usd","payment_method":"pm_card_visa"}`)))
 	require.ErrorIs(t, err, idempotency.ErrMismatch)
-	_, err = svc.CreateFromBody(ctx, b.Tenant, "raw", []byte(`{"amount":1000,"currency":"usd","payment_method":"pm_card_visa","x":1}`))
-	var perr *charges.ParseError
+	_, err = svc.Create(ctx, b.Tenant, "raw", charges.RawBody([]byte(`{"amount":1000,"currency":"usd","payment_method":"pm_card_visa","x":1}`)))
+	var perr *phases.ParseError
 	require.ErrorAs(t, err, &perr)
 	var verr *charges.ValidationError
 	require.ErrorAs(t, err, &verr)
@@ -69,22 +70,22 @@ func TestCaptureReplayOnAnotherChargeIsAMismatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	svc := chargestest.NewService(t, b.Pool, b.Keys, b.PSP, charges.Config{})
+	svc := chargestest.NewService(t, b.Pool, b.Keys, b.PSP, phases.Config{})
 	var ids []string
 	for _, key := range []string{"auth-1", "auth-2"} {
-		res, err := svc.CreateFromBody(ctx, b.Tenant, key, []byte(visa))
+		res, err := svc.Create(ctx, b.Tenant, key, charges.RawBody([]byte(visa)))
 		require.NoError(t, err)
 		ids = append(ids, chargeID(t, res.Response))
 	}
-	first, err := svc.CaptureFromBody(ctx, b.Tenant, "cap", ids[0], []byte(`{}`))
+	first, err := svc.Capture(ctx, b.Tenant, "cap", ids[0], charges.RawBody([]byte(`{}`)))
 	require.NoError(t, err)
 	require.Equal(t, 200, first.Response.Status)
-	again, err := svc.CaptureFromBody(ctx, b.Tenant, "cap", ids[0], []byte(`{}`))
+	again, err := svc.Capture(ctx, b.Tenant, "cap", ids[0], charges.RawBody([]byte(`{}`)))
 	require.NoError(t, err)
-	require.Equal(t, charges.Result{Response: first.Response, Outcome: charges.OutcomeReplay}, again)
-	_, err = svc.CaptureFromBody(ctx, b.Tenant, "cap", ids[1], []byte(`{}`))
+	require.Equal(t, phases.Result{Response: first.Response, Outcome: phases.OutcomeReplay}, again)
+	_, err = svc.Capture(ctx, b.Tenant, "cap", ids[1], charges.RawBody([]byte(`{}`)))
 	require.ErrorIs(t, err, idempotency.ErrMismatch)
-	_, err = svc.VoidFromBody(ctx, b.Tenant, "cap", ids[0], []byte(`{}`))
+	_, err = svc.Void(ctx, b.Tenant, "cap", ids[0], charges.RawBody([]byte(`{}`)))
 	require.ErrorIs(t, err, idempotency.ErrMismatch, "nor on another operation's path")
 	require.Len(t, b.Mock.Captures(), 1)
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/problem"
@@ -76,8 +74,8 @@ func ParseRefundRequest(body []byte) (idempotency.Canonical, RefundParams, error
 
 func refundOperation(o Operator) *phases.Operation[*Refund] {
 	return &phases.Operation[*Refund]{
-		Path: RefundPath, Span: "refunds.create", ResumeSpan: "refunds.resume",
-		Admit: func(ctx context.Context, tx pgx.Tx, tenantID int64, req idempotency.Canonical) error {
+		Name: "refunds.create", ResumeSpan: "refunds.resume", Path: RefundPath,
+		Admit: func(ctx context.Context, tx *phases.Tx, tenantID int64, req idempotency.Canonical) error {
 			_, err := chargeByID(ctx, tx, tenantID, refundParams(req).Charge)
 			return err
 		},
@@ -85,20 +83,28 @@ func refundOperation(o Operator) *phases.Operation[*Refund] {
 		Load: func(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (*Refund, error) {
 			return refundByKey(ctx, q, lease.Record.ID())
 		},
-		Arrows: []phases.Arrow[*Refund]{
+		// tx 1: the claim, the amount reserved on the charge and the
+		// pending refund, under the charge's lock.
+		WithClaim: []phases.Arrow[*Refund]{
 			{To: PointRefundCreated, Commit: createRefund},
-			{To: PointPSPRefunded, Call: refundCall(o), Commit: recordRefund},
-			{To: idempotency.PointDone, Commit: answerRefund},
 		},
+		// tx 2, after the PSP's answer: the refund's end, the answer stored.
+		Steps: []phases.Step[*Refund]{{
+			Call: refundCall(o),
+			Arrows: []phases.Arrow[*Refund]{
+				{To: PointPSPRefunded, Commit: recordRefund},
+				{To: idempotency.PointDone, Commit: answerRefund},
+			},
+		}},
 	}
 }
 
 // createRefund is start → refund_created, under the charge's row lock.
-func createRefund(ctx context.Context, tx pgx.Tx, run *phases.Run[*Refund]) error {
+func createRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) (phases.Transition, error) {
 	p := refundParams(run.Request())
 	c, err := lockCharge(ctx, tx, run.Lease.Record.TenantID, p.Charge)
 	if err != nil {
-		return err
+		return phases.Transition{}, err
 	}
 	left := c.AmountCaptured - c.AmountRefunded - c.amountRefunding
 	amount := left
@@ -107,14 +113,14 @@ func createRefund(ctx context.Context, tx pgx.Tx, run *phases.Run[*Refund]) erro
 	}
 	switch {
 	case c.Status != StatusCaptured || left == 0:
-		run.Finish(refusal(problem.ChargeNotRefundable, c.ID, fmt.Sprintf("Charge %s is %s with %d left to refund.", c.ID, c.Status, max(left, 0))))
-		return nil
+		return phases.Respond(refusal(problem.ChargeNotRefundable, c.ID, fmt.Sprintf("Charge %s is %s with %d left to refund.", c.ID, c.Status, max(left, 0)))), nil
 	case amount > left:
-		run.Finish(refusal(problem.AmountTooLarge, c.ID, fmt.Sprintf("The amount exceeds the %d left to refund.", left)))
-		return nil
+		return phases.Respond(refusal(problem.AmountTooLarge, c.ID, fmt.Sprintf("The amount exceeds the %d left to refund.", left))), nil
 	}
-	run.Object, err = insertRefund(ctx, tx, run.Lease.Record.ID(), run.ObjectID, c, amount)
-	return err
+	if run.Object, err = insertRefund(ctx, tx, run.Lease.Record.ID(), run.ObjectID, c, amount); err != nil {
+		return phases.Transition{}, err
+	}
+	return phases.Next(), nil
 }
 
 // refundCall is the foreign call: the refund of the charge's authorization,
@@ -132,7 +138,7 @@ func refundCall(o Operator) func(context.Context, *phases.Run[*Refund]) (psp.Out
 // recordRefund is refund_created → psp_refunded: the refund's end, the
 // reservation on the charge turned into a refund or released, and the
 // event (refund.succeeded or .failed) in the same transaction.
-func recordRefund(ctx context.Context, tx pgx.Tx, run *phases.Run[*Refund]) error {
+func recordRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) (phases.Transition, error) {
 	r, out := run.Object, run.Outcome
 	if out.Class == psp.ClassSuccess {
 		r.Status, r.PSPReference = RefundSucceeded, &out.Operation.ID
@@ -140,21 +146,20 @@ func recordRefund(ctx context.Context, tx pgx.Tx, run *phases.Run[*Refund]) erro
 		reason := cmp.Or(out.Reason, "refused by the payment service provider")
 		r.Status, r.failureReason = RefundFailed, &reason
 	}
-	if err := updateRefund(ctx, tx, r); err != nil {
-		return err
+	updateRefund(tx, r)
+	if err := writeRefundEvent(ctx, tx, r); err != nil {
+		return phases.Transition{}, err
 	}
-	return writeRefundEvent(ctx, tx, r)
+	return phases.Next(), nil
 }
 
 // answerRefund is psp_refunded → done: 201 with the refund, or 402.
-func answerRefund(_ context.Context, _ pgx.Tx, run *phases.Run[*Refund]) error {
+func answerRefund(_ context.Context, _ *phases.Tx, run *phases.Run[*Refund]) (phases.Transition, error) {
 	r := run.Object
 	if r.Status == RefundFailed {
-		run.Finish(failure(r.Charge, cmp.Or(deref(r.failureReason), "refused by the payment service provider")))
-		return nil
+		return phases.Respond(failure(r.Charge, cmp.Or(deref(r.failureReason), "refused by the payment service provider"))), nil
 	}
-	run.Finish(jsonResponse(http.StatusCreated, r))
-	return nil
+	return phases.Respond(jsonResponse(http.StatusCreated, r)), nil
 }
 
 // refundParams reads a stored refund request (validated before it was

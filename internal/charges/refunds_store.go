@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 )
 
 // RefundStatus is where a refund stands with the PSP.
@@ -93,7 +94,7 @@ SELECT r.tenant_id, r.id, r.charge_id, r.amount, r.status, r.psp_reference, r.cr
        coalesce((SELECT psp_reference FROM reserved), ''), (SELECT psp FROM reserved)
   FROM r`
 
-func insertRefund(ctx context.Context, tx pgx.Tx, key idempotency.ID, id string, c *Charge, amount int64) (*Refund, error) {
+func insertRefund(ctx context.Context, tx *phases.Tx, key idempotency.ID, id string, c *Charge, amount int64) (*Refund, error) {
 	r, err := scanRefund(tx.QueryRow(ctx, insertRefundSQL, key.TenantID, id, key.Key, key.CreatedAt, c.ID, amount))
 	if err != nil {
 		return nil, fmt.Errorf("insert refund of %s: %w", c.ID, err)
@@ -122,11 +123,8 @@ WITH r AS (
 )
 SELECT phasepay_fence((SELECT count(*) FROM r), 'end of a refund that is no longer pending')`
 
-func updateRefund(ctx context.Context, tx pgx.Tx, r *Refund) error {
-	if _, err := tx.Exec(ctx, updateRefundSQL, r.TenantID, r.ID, string(r.Status), r.PSPReference, r.failureReason); err != nil {
-		return fmt.Errorf("record refund %s: %w", r.ID, idempotency.TranslateError(err))
-	}
-	return nil
+func updateRefund(tx *phases.Tx, r *Refund) {
+	tx.Queue(updateRefundSQL, r.TenantID, r.ID, string(r.Status), r.PSPReference, r.failureReason)
 }
 
 const refundByKeySQL = `SELECT ` + refundColumns + refundFrom + `

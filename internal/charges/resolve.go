@@ -54,9 +54,18 @@ const insertResolutionSQL = `
 INSERT INTO request_resolutions (tenant_id, key, key_created_at, resolved_as, reason, resolved_by, forced, psp_said)
 VALUES ($1, $2, $3, $4, $5, $6, $7, nullif($8, ''))`
 
+// resolveChargeSQL settles the charge, and, when the PSP was found to hold
+// an authorization, names that PSP on the charge ($6) and ends its attempt
+// as authorized: with several PSPs, the charge must show the one that
+// holds the customer's funds, which the capture and the refund go to.
 const resolveChargeSQL = `
+WITH attempt AS (
+    UPDATE charge_attempts SET outcome = 'authorized', ended_at = phasepay_now()
+     WHERE tenant_id = $1 AND charge_id = $2 AND psp = $6 AND $4::text IS NOT NULL
+)
 UPDATE charges
-   SET status = $3, psp_reference = coalesce($4, psp_reference), failure_reason = $5, updated_at = phasepay_now()
+   SET status = $3, psp_reference = coalesce($4, psp_reference), failure_reason = $5,
+       psp = coalesce(nullif($6, ''), psp), updated_at = phasepay_now()
  WHERE tenant_id = $1 AND id = $2`
 
 // Resolve settles the needs_attention request of (tenantID, key) as r says
@@ -95,14 +104,17 @@ func (s *Service) resolve(ctx context.Context, lease *idempotency.Lease, r Resol
 		return idempotency.Response{}, err
 	}
 
-	var auth *psp.Authorization
-	pspSaid := ""
+	var (
+		auth    *psp.Authorization
+		holder  string // the PSP that holds auth
+		pspSaid string
+	)
 	if charge != nil && !r.Force {
-		found, err := s.psp.Lookup(ctx, charge.ID)
+		found, err := s.lookUpEverywhere(ctx, charge)
 		if err != nil {
 			return idempotency.Response{}, fmt.Errorf("%w: %w", ErrPSPLookupFailed, err)
 		}
-		auth, pspSaid = pspVerdict(found)
+		auth, holder, pspSaid = pspVerdict(found)
 		switch {
 		case r.As == ResolveSucceeded && (auth == nil || auth.Status != psp.StatusAuthorized):
 			return idempotency.Response{}, fmt.Errorf("%w: asked to mark %s succeeded, but the PSP says: %s", ErrResolutionContradicted, charge.ID, pspSaid)
@@ -122,12 +134,18 @@ func (s *Service) resolve(ctx context.Context, lease *idempotency.Lease, r Resol
 			if r.As == ResolveFailed {
 				status, reason = StatusFailed, &r.Reason
 			}
-			if _, err := tx.Exec(ctx, resolveChargeSQL, charge.TenantID, charge.ID, status, ref, reason); err != nil {
+			if auth == nil || auth.Status != psp.StatusAuthorized {
+				holder = ""
+			}
+			if _, err := tx.Exec(ctx, resolveChargeSQL, charge.TenantID, charge.ID, status, ref, reason, holder); err != nil {
 				return fmt.Errorf("resolve charge %s: %w", charge.ID, err)
 			}
 			charge.Status, charge.FailureReason = status, reason
 			if ref != nil {
 				charge.PSPReference = ref
+			}
+			if holder != "" {
+				charge.PSP = holder
 			}
 			// The operator's settlement is a status change like any:
 			// its event commits with it.
@@ -149,12 +167,43 @@ func (s *Service) resolve(ctx context.Context, lease *idempotency.Lease, r Resol
 	return resp, nil
 }
 
+// heldAuthorization is an authorization found at a PSP, and which PSP.
+type heldAuthorization struct {
+	psp.Authorization
+	PSP string
+}
+
+// lookUpEverywhere asks every PSP the charge was sent to (its attempts, in
+// order) what it holds for the charge. Any failure fails it: a PSP that
+// could not be asked may hold one.
+func (s *Service) lookUpEverywhere(ctx context.Context, c *Charge) ([]heldAuthorization, error) {
+	if err := loadAttempts(ctx, s.pool, c); err != nil {
+		return nil, err
+	}
+	var found []heldAuthorization
+	seen := map[string]bool{}
+	for _, name := range append(c.tried(), c.PSP) {
+		if name == "" || seen[name] {
+			continue
+		}
+		seen[name] = true
+		list, err := s.routes.LookupAt(ctx, name, c.ID)
+		if err != nil {
+			return nil, fmt.Errorf("psp %s: %w", name, err)
+		}
+		for _, a := range list {
+			found = append(found, heldAuthorization{Authorization: a, PSP: name})
+		}
+	}
+	return found, nil
+}
+
 // pspVerdict reads a lookup: the authorization that decides (an
-// authorized one first: it holds the customer's funds), and a one-line
-// account of what the PSP said, for the audit record.
-func pspVerdict(found []psp.Authorization) (*psp.Authorization, string) {
+// authorized one first: it holds the customer's funds), the PSP that holds
+// it, and a one-line account of what the PSPs said, for the audit record.
+func pspVerdict(found []heldAuthorization) (*psp.Authorization, string, string) {
 	if len(found) == 0 {
-		return nil, "no authorization for this charge"
+		return nil, "", "no authorization for this charge"
 	}
 	best := found[0]
 	for _, a := range found {
@@ -163,7 +212,7 @@ func pspVerdict(found []psp.Authorization) (*psp.Authorization, string) {
 			break
 		}
 	}
-	return &best, fmt.Sprintf("%s %s (%d found)", best.Status, best.ID, len(found))
+	return &best.Authorization, best.PSP, fmt.Sprintf("%s %s at %s (%d found)", best.Status, best.ID, best.PSP, len(found))
 }
 
 // resolvedResponse is the answer stored for a resolved request: what the

@@ -13,6 +13,7 @@ import (
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/phases"
 )
 
 // tripCounter counts database round trips as they cross the wire: the
@@ -61,7 +62,7 @@ func (c *countedConn) Read(b []byte) (int, error) {
 // statements), then replays each once on that service and once on another
 // (a process that has not seen the keys: see phases.keyHints), and returns
 // the round trips per new charge and per replay of each kind.
-func roundTrips(t *testing.T, cfg charges.Config, n int) (perNew, perReplay, perColdReplay float64) {
+func roundTrips(t *testing.T, cfg phases.Config, n int) (perNew, perReplay, perColdReplay float64) {
 	t.Helper()
 	ctx := context.Background()
 	b := setup(t)
@@ -69,33 +70,33 @@ func roundTrips(t *testing.T, cfg charges.Config, n int) (perNew, perReplay, per
 	pool := testdb.Pool(t, b.URL, b.T0, counter.configure)
 	svc := chargestest.NewService(t, pool, b.Keys, b.PSP, cfg)
 	cold := chargestest.NewService(t, pool, b.Keys, b.PSP, cfg)
-	req, params := chargestest.Request(t, visa)
-	create := func(key string, want charges.Outcome) {
+	req, _ := chargestest.Request(t, visa)
+	create := func(key string, want phases.Outcome) {
 		t.Helper()
-		res, err := svc.Create(ctx, b.Tenant, key, req, params)
+		res, err := svc.Create(ctx, b.Tenant, key, charges.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, res.Response.Status)
 		require.Equal(t, want, res.Outcome)
 	}
 	replayCold := func(key string) {
 		t.Helper()
-		res, err := cold.Create(ctx, b.Tenant, key, req, params)
+		res, err := cold.Create(ctx, b.Tenant, key, charges.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, res.Response.Status)
-		require.Equal(t, charges.OutcomeReplay, res.Outcome)
+		require.Equal(t, phases.OutcomeReplay, res.Outcome)
 	}
 	for i := range 3 {
-		create(fmt.Sprintf("warm-%d", i), charges.OutcomeNew)
-		create(fmt.Sprintf("warm-%d", i), charges.OutcomeReplay)
+		create(fmt.Sprintf("warm-%d", i), phases.OutcomeNew)
+		create(fmt.Sprintf("warm-%d", i), phases.OutcomeReplay)
 		replayCold(fmt.Sprintf("warm-%d", i))
 	}
 	t0 := counter.n.Load()
 	for i := range n {
-		create(fmt.Sprintf("rt-%d", i), charges.OutcomeNew)
+		create(fmt.Sprintf("rt-%d", i), phases.OutcomeNew)
 	}
 	t1 := counter.n.Load()
 	for i := range n {
-		create(fmt.Sprintf("rt-%d", i), charges.OutcomeReplay)
+		create(fmt.Sprintf("rt-%d", i), phases.OutcomeReplay)
 	}
 	t2 := counter.n.Load()
 	for i := range n {
@@ -115,7 +116,7 @@ func roundTrips(t *testing.T, cfg charges.Config, n int) (perNew, perReplay, per
 // BEGIN, a COMMIT and each statement on their own.
 func TestNewChargeCostsAtMostThreeRoundTrips(t *testing.T) {
 	t.Parallel()
-	perNew, _, _ := roundTrips(t, charges.Config{}, 20)
+	perNew, _, _ := roundTrips(t, phases.Config{}, 20)
 	require.LessOrEqual(t, perNew, 3.0)
 }
 
@@ -125,12 +126,12 @@ func TestNewChargeCostsAtMostThreeRoundTrips(t *testing.T) {
 // claim reads the key and whose failed check costs no exchange of its own.
 func TestReplayCostsOneRoundTrip(t *testing.T) {
 	t.Parallel()
-	_, perReplay, perColdReplay := roundTrips(t, charges.Config{}, 20)
+	_, perReplay, perColdReplay := roundTrips(t, phases.Config{}, 20)
 	require.LessOrEqual(t, perReplay, 1.0)
 	require.LessOrEqual(t, perColdReplay, 1.0)
 	// Committing every phase on its own costs more exchanges for a new
 	// charge, but a replay is the same one read.
-	_, perReplay, perColdReplay = roundTrips(t, charges.Config{OneCommitPerPhase: true}, 10)
+	_, perReplay, perColdReplay = roundTrips(t, phases.Config{OneCommitPerPhase: true}, 10)
 	require.LessOrEqual(t, perReplay, 1.0)
 	require.LessOrEqual(t, perColdReplay, 1.0)
 }

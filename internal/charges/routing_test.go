@@ -98,7 +98,7 @@ func inFlight(t *testing.T, mock *psp.Mock, d time.Duration) http.Handler {
 	})
 }
 
-func (w *routedWorld) service(t *testing.T, offset time.Duration, cfg charges.Config) *charges.Service {
+func (w *routedWorld) service(t *testing.T, offset time.Duration, cfg phases.Config) *charges.Service {
 	t.Helper()
 	return chargestest.NewService(t, w.PoolAt(t, offset), w.Keys, w.router, cfg)
 }
@@ -159,15 +159,15 @@ func (w *routedWorld) chargeOfKey(t *testing.T, key string) *charges.Charge {
 	t.Helper()
 	ids := w.ChargeIDs(t, key)
 	require.Len(t, ids, 1)
-	c, err := w.service(t, 0, charges.Config{}).Get(context.Background(), w.Tenant, ids[0])
+	c, err := w.service(t, 0, phases.Config{}).Get(context.Background(), w.Tenant, ids[0])
 	require.NoError(t, err)
 	return c
 }
 
 // crashAtNth dies at the nth time point is passed.
-func crashAtNth(point charges.CrashPoint, n int) func(context.Context, charges.CrashPoint) error {
+func crashAtNth(point phases.CrashPoint, n int) func(context.Context, phases.CrashPoint) error {
 	var seen atomic.Int32
-	return func(_ context.Context, at charges.CrashPoint) error {
+	return func(_ context.Context, at phases.CrashPoint) error {
 		if at == point && int(seen.Add(1)) == n {
 			return chargestest.ErrCrash
 		}
@@ -185,24 +185,24 @@ func TestFinalFailureFailsOver(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name  string
-		crash func(context.Context, charges.CrashPoint) error
+		crash func(context.Context, phases.CrashPoint) error
 		one   bool
 	}{
 		{"no crash", nil, false},
 		{"no crash, one commit per phase", nil, true},
-		{"crash after the refusal", crashAtNth(charges.CrashAfterPSPCall, 1), false},
+		{"crash after the refusal", crashAtNth(phases.CrashAfterPSPCall, 1), false},
 		{"crash after the failover committed", crashAtNth(charges.CrashAfterChargeCreated, 1), false},
-		{"crash after the second PSP answered", crashAtNth(charges.CrashAfterPSPCall, 2), false},
+		{"crash after the second PSP answered", crashAtNth(phases.CrashAfterPSPCall, 2), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {RejectRate: 1}}})
-			req, params := chargestest.Request(t, visa)
-			res, err := w.service(t, 0, charges.Config{CrashHook: tt.crash, OneCommitPerPhase: tt.one}).Create(ctx, w.Tenant, "k", req, params)
+			req, _ := chargestest.Request(t, visa)
+			res, err := w.service(t, 0, phases.Config{CrashHook: tt.crash, OneCommitPerPhase: tt.one}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
 			if tt.crash != nil {
 				require.ErrorIs(t, err, chargestest.ErrCrash)
-				res, err = w.service(t, 2*time.Minute, charges.Config{}).Create(ctx, w.Tenant, "k", req, params)
+				res, err = w.service(t, 2*time.Minute, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
 			}
 			require.NoError(t, err)
 			require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
@@ -224,7 +224,7 @@ func TestFinalFailureFailsOver(t *testing.T) {
 			// Capture goes to the PSP that holds the authorization.
 			creq, err := charges.ParseCaptureRequest(c.ID, []byte(`{}`))
 			require.NoError(t, err)
-			cap, err := w.service(t, 0, charges.Config{}).Capture(ctx, w.Tenant, "cap", creq)
+			cap, err := w.service(t, 0, phases.Config{}).Capture(ctx, w.Tenant, "cap", c.ID, charges.Parsed(creq))
 			require.NoError(t, err)
 			require.Equal(t, 200, cap.Response.Status, string(cap.Response.Body))
 			require.Len(t, captures(w.mocks["secondary"]), 1)
@@ -253,8 +253,8 @@ func TestDeclineIsNeverSentToAnotherPSP(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": f}})
-			req, params := chargestest.Request(t, declined)
-			res, err := w.service(t, 0, charges.Config{}).Create(ctx, w.Tenant, "k", req, params)
+			req, _ := chargestest.Request(t, declined)
+			res, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
 			require.NoError(t, err)
 			require.Equal(t, 402, res.Response.Status)
 			code, id, _ := problemOf(t, res.Response)
@@ -288,8 +288,8 @@ func TestUnknownOutcomeNeverFailsOver(t *testing.T) {
 		// (with 400 ms, a make test under load once saw it land before
 		// Create returned).
 		w := newRoutedWorld(t, routedConfig{slow: map[string]time.Duration{"primary": 1500 * time.Millisecond}, attemptTimeout: 100 * time.Millisecond})
-		req, params := chargestest.Request(t, visa)
-		_, err := w.service(t, 0, charges.Config{}).Create(ctx, w.Tenant, "k", req, params)
+		req, _ := chargestest.Request(t, visa)
+		_, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
 		require.ErrorIs(t, err, phases.ErrPSPUnavailable)
 		c := w.chargeOfKey(t, "k")
 		require.Equal(t, charges.StatusPending, c.Status)
@@ -302,7 +302,7 @@ func TestUnknownOutcomeNeverFailsOver(t *testing.T) {
 		require.Equal(t, string(charges.PointChargeCreated), point)
 
 		require.Eventually(t, func() bool { return len(w.authorizedAt(c.ID)) > 0 }, 5*time.Second, 20*time.Millisecond)
-		res, err := w.service(t, 2*time.Minute, charges.Config{}).Create(ctx, w.Tenant, "k", req, params)
+		res, err := w.service(t, 2*time.Minute, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 		c = w.chargeOfKey(t, "k")
@@ -318,9 +318,9 @@ func TestUnknownOutcomeNeverFailsOver(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
 		w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {ErrorRate: 1}}})
-		req, params := chargestest.Request(t, visa)
+		req, _ := chargestest.Request(t, visa)
 		for i := range 4 {
-			_, err := w.service(t, time.Duration(i)*2*time.Minute, charges.Config{}).Create(ctx, w.Tenant, "k", req, params)
+			_, err := w.service(t, time.Duration(i)*2*time.Minute, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
 			require.True(t, errors.Is(err, phases.ErrPSPUnavailable) || errors.Is(err, idempotency.ErrInProgress), "%v", err)
 		}
 		c := w.chargeOfKey(t, "k")
@@ -329,7 +329,7 @@ func TestUnknownOutcomeNeverFailsOver(t *testing.T) {
 		sends, _ := w.requests("secondary", c.ID)
 		require.Zero(t, sends)
 		require.NoError(t, w.mocks["primary"].SetFaults(psp.Faults{}))
-		res, err := w.service(t, time.Hour, charges.Config{}).Create(ctx, w.Tenant, "k", req, params)
+		res, err := w.service(t, time.Hour, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 		require.Equal(t, []string{"primary"}, w.authorizedAt(c.ID))
@@ -351,12 +351,12 @@ func TestTakeoverLooksUpEveryAttemptedPSP(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {RejectRate: 1}}})
-			req, params := chargestest.Request(t, visa)
-			crash := crashAtNth(charges.CrashAfterPSPCall, 2)
+			req, _ := chargestest.Request(t, visa)
+			crash := crashAtNth(phases.CrashAfterPSPCall, 2)
 			if heldAtPrimary {
 				crash = crashAtNth(charges.CrashAfterChargeCreated, 1) // after the failover, before the second PSP
 			}
-			_, err := w.service(t, 0, charges.Config{CrashHook: crash}).Create(ctx, w.Tenant, "k", req, params)
+			_, err := w.service(t, 0, phases.Config{CrashHook: crash}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
 			require.ErrorIs(t, err, chargestest.ErrCrash)
 			c := w.chargeOfKey(t, "k")
 			want := "secondary"
@@ -374,7 +374,7 @@ func TestTakeoverLooksUpEveryAttemptedPSP(t *testing.T) {
 				before[n] = len(w.mocks[n].Requests())
 			}
 
-			res, err := w.service(t, 2*time.Minute, charges.Config{}).Create(ctx, w.Tenant, "k", req, params)
+			res, err := w.service(t, 2*time.Minute, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
 			require.NoError(t, err)
 			require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 			for _, n := range []string{"primary", "secondary"} {
@@ -406,15 +406,15 @@ func TestBreakerSendsNewChargesElsewhere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {ErrorRate: 1}}, threshold: 2})
-	svc := w.service(t, 0, charges.Config{})
-	req, params := chargestest.Request(t, visa)
+	svc := w.service(t, 0, phases.Config{})
+	req, _ := chargestest.Request(t, visa)
 	for _, k := range []string{"a", "b"} {
-		_, err := svc.Create(ctx, w.Tenant, k, req, params)
+		_, err := svc.Create(ctx, w.Tenant, k, charges.Parsed(req))
 		require.ErrorIs(t, err, phases.ErrPSPUnavailable)
 	}
 	require.Equal(t, routing.Open, w.router.BreakerState("primary"))
 
-	res, err := svc.Create(ctx, w.Tenant, "c", req, params)
+	res, err := svc.Create(ctx, w.Tenant, "c", charges.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 	c := w.chargeOfKey(t, "c")
@@ -432,9 +432,53 @@ func TestBreakerSendsNewChargesElsewhere(t *testing.T) {
 	// probes it, and its success closes the breaker.
 	require.NoError(t, w.mocks["primary"].SetFaults(psp.Faults{}))
 	w.clock.Add(int64(2 * time.Minute))
-	res, err = svc.Create(ctx, w.Tenant, "d", req, params)
+	res, err = svc.Create(ctx, w.Tenant, "d", charges.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status)
 	require.Equal(t, "primary", w.chargeOfKey(t, "d").PSP)
 	require.Equal(t, routing.Closed, w.router.BreakerState("primary"))
+}
+
+// An operator who resolves a charge that was routed between PSPs must know,
+// and leave on record, which PSP holds its authorization: the charge's
+// capture and refunds go there, and the audit says where the funds are.
+// The resolution looks the charge up at every PSP it was sent to, names
+// the PSP in what it records, puts it on the charge and ends that PSP's
+// attempt as authorized.
+func TestResolveRecordsThePSPThatHoldsTheAuthorization(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newRoutedWorld(t, routedConfig{
+		faults:         map[string]psp.Faults{"primary": {RejectRate: 1}},
+		slow:           map[string]time.Duration{"secondary": 2 * time.Second},
+		attemptTimeout: 100 * time.Millisecond,
+	})
+	svc := w.service(t, 0, phases.Config{})
+	req, _ := chargestest.Request(t, visa)
+	_, err := svc.Create(ctx, w.Tenant, "k", charges.Parsed(req))
+	require.ErrorIs(t, err, phases.ErrPSPUnavailable, "refused at the primary, unknown at the secondary")
+	// Given up (GIVE_UP_AFTER, as the reaper's release would).
+	_, err = w.Pool.Exec(ctx, `UPDATE idempotency_keys SET state = 'needs_attention', next_attempt_at = NULL WHERE tenant_id = $1 AND key = 'k'`, w.Tenant)
+	require.NoError(t, err)
+	c := w.chargeOfKey(t, "k")
+	require.Eventually(t, func() bool { return len(w.authorizedAt(c.ID)) == 1 }, 5*time.Second, 20*time.Millisecond,
+		"the secondary's authorization lands after the client gave up")
+
+	_, err = svc.Resolve(ctx, w.Tenant, "k", charges.Resolution{As: charges.ResolveSucceeded, Reason: "PSP support confirmed", By: "ops"})
+	require.NoError(t, err)
+	resolved := w.chargeOfKey(t, "k")
+	require.Equal(t, charges.StatusAuthorized, resolved.Status)
+	require.Equal(t, "secondary", resolved.PSP)
+	attempts := w.attempts(t, c.ID)
+	require.Len(t, attempts, 2)
+	require.Equal(t, "secondary", attempts[1].PSP)
+	require.NotNil(t, attempts[1].Outcome)
+	require.Equal(t, "authorized", *attempts[1].Outcome)
+	rec, err := w.Keys.Lookup(ctx, w.Pool, w.Tenant, "k")
+	require.NoError(t, err)
+	res, err := charges.ResolutionsOf(ctx, w.Pool, rec.ID())
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.NotNil(t, res[0].PSPSaid)
+	require.Contains(t, *res[0].PSPSaid, "at secondary")
 }

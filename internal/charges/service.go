@@ -7,9 +7,11 @@ package charges
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
@@ -24,40 +26,13 @@ type Authorizer interface {
 	Lookup(ctx context.Context, reference string) ([]psp.Authorization, error)
 }
 
-// Config configures a Service: its engine's configuration (a new charge
-// costs two commits, four with OneCommitPerPhase).
-type Config = phases.Config
-
-// CrashPoint names a moment at which a test may kill a run.
-type CrashPoint = phases.CrashPoint
-
-// Outcome says how a request's key was handled (for logs and metrics).
-type Outcome = phases.Outcome
-
-// The outcomes of a request that got a response.
-const (
-	OutcomeNew      = phases.OutcomeNew
-	OutcomeReplay   = phases.OutcomeReplay
-	OutcomeTakeover = phases.OutcomeTakeover
-)
-
-// Result is the final response of a request, new or replayed.
-type Result = phases.Result
-
-// Span events: what the key decided, and lost leases.
-const (
-	EventReplay     = phases.EventReplay
-	EventInProgress = phases.EventInProgress
-	EventMismatch   = phases.EventMismatch
-	EventTakeover   = phases.EventTakeover
-	EventLeaseLost  = phases.EventLeaseLost
-)
-
-// Service runs the operations on charges.
+// Service runs the operations on charges: one entry per operation, each
+// taking the request's body as it came (Body) or already parsed (Parsed).
 type Service struct {
 	pool   *pgxpool.Pool
 	keys   *idempotency.Store
 	psp    Authorizer
+	routes Routes
 	engine *phases.Engine
 
 	authorize, capture, void *phases.Operation[*Charge]
@@ -65,8 +40,9 @@ type Service struct {
 }
 
 // NewService returns a Service with its operations registered on an engine
-// of its own.
-func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authorizer, cfg Config) (*Service, error) {
+// of its own, configured by cfg (a new charge costs two commits, four with
+// OneCommitPerPhase).
+func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authorizer, cfg phases.Config) (*Service, error) {
 	engine, err := phases.New(pool, keys, cfg)
 	if err != nil {
 		return nil, err
@@ -78,6 +54,7 @@ func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authoriz
 	if !ok {
 		routes = singleRoute{authorizer}
 	}
+	s.routes = routes
 	s.authorize = authorizeOperation(authorizer, routes)
 	phases.Register(engine, s.authorize)
 	// Capture, void and refund need a PSP that can do them; every real one
@@ -92,92 +69,72 @@ func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authoriz
 	return s, nil
 }
 
+// Body is a request's body: as it came (RawBody), which the operation
+// parses only when its key cannot answer it as it is (a retry of a
+// finished request with its first attempt's bytes is answered by one read,
+// see phases.AsSent), or already parsed and fingerprinted (Parsed).
+type Body struct {
+	raw    []byte
+	parsed *idempotency.Canonical
+}
+
+// RawBody is a body as it came.
+func RawBody(b []byte) Body { return Body{raw: b} }
+
+// Parsed is a request already parsed (ParseCreateRequest,
+// ParseCaptureRequest, ParseVoidRequest, ParseRefundRequest).
+func Parsed(req idempotency.Canonical) Body { return Body{parsed: &req} }
+
 // Create runs one POST /v1/charges. It returns the final response (new or
 // replayed), or an error: idempotency.ErrMismatch, idempotency.ErrInProgress,
-// ErrPSPUnavailable, or an internal error. params must be the request that
-// req fingerprints; the operation executes req's stored body, which encodes
-// params.
-func (s *Service) Create(ctx context.Context, tenantID int64, key string, req idempotency.Canonical, _ CreateParams) (Result, error) {
-	return phases.Do(ctx, s.engine, s.authorize, tenantID, key, req)
-}
-
-// Capture runs one POST /v1/charges/{id}/capture (req from
-// ParseCaptureRequest). Besides Create's errors: ErrNotFound,
-// *ChargePendingError. A capture the charge's state does not allow is a
-// stored 400 answer, not an error.
-func (s *Service) Capture(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (Result, error) {
-	return do(ctx, s.engine, s.capture, tenantID, key, req)
-}
-
-// Void runs one POST /v1/charges/{id}/void (req from ParseVoidRequest), as
-// Capture.
-func (s *Service) Void(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (Result, error) {
-	return do(ctx, s.engine, s.void, tenantID, key, req)
-}
-
-// Refund runs one POST /v1/refunds (req from ParseRefundRequest). Besides
-// Create's errors: ErrNotFound (the charge).
-func (s *Service) Refund(ctx context.Context, tenantID int64, key string, req idempotency.Canonical) (Result, error) {
-	return do(ctx, s.engine, s.refund, tenantID, key, req)
-}
-
-// ParseError is a request body refused by its parser (a *ValidationError
-// or a *jsonbody.Error inside), from the FromBody methods.
-type ParseError = phases.ParseError
-
-// CreateFromBody runs one POST /v1/charges from its body as it came
-// (phases.DoRaw): a retry of a finished request with its first attempt's
-// bytes is answered by one read, without parsing them again; any other body
-// is parsed with ParseCreateRequest and run as Create. It returns Create's
-// errors, or a *ParseError.
-func (s *Service) CreateFromBody(ctx context.Context, tenantID int64, key string, body []byte) (Result, error) {
-	return doRaw(ctx, s.engine, s.authorize, tenantID, key, Path, body, func(body []byte) (idempotency.Canonical, error) {
-		req, _, err := ParseCreateRequest(body)
+// *idempotency.WaitError, idempotency.ErrUnresolved,
+// phases.ErrPSPUnavailable, a *phases.ParseError (a body that does not
+// parse), or an internal error.
+func (s *Service) Create(ctx context.Context, tenantID int64, key string, body Body) (phases.Result, error) {
+	return run(ctx, s.engine, s.authorize, tenantID, key, Path, body, func(b []byte) (idempotency.Canonical, error) {
+		req, _, err := ParseCreateRequest(b)
 		return req, err
 	})
 }
 
-// CaptureFromBody runs one POST /v1/charges/{id}/capture from its body as
-// it came, as CreateFromBody; a body is parsed with ParseCaptureRequest.
-// Capture's errors, or a *ParseError.
-func (s *Service) CaptureFromBody(ctx context.Context, tenantID int64, key, chargeID string, body []byte) (Result, error) {
-	return doRaw(ctx, s.engine, s.capture, tenantID, key, pathOf(CapturePath, chargeID), body,
-		func(body []byte) (idempotency.Canonical, error) { return ParseCaptureRequest(chargeID, body) })
+// Capture runs one POST /v1/charges/{id}/capture. Besides Create's errors:
+// ErrNotFound, *ChargePendingError. A capture the charge's state does not
+// allow is a stored 400 answer, not an error.
+func (s *Service) Capture(ctx context.Context, tenantID int64, key, chargeID string, body Body) (phases.Result, error) {
+	return run(ctx, s.engine, s.capture, tenantID, key, pathOf(CapturePath, chargeID), body,
+		func(b []byte) (idempotency.Canonical, error) { return ParseCaptureRequest(chargeID, b) })
 }
 
-// VoidFromBody runs one POST /v1/charges/{id}/void from its body as it
-// came, as CaptureFromBody (ParseVoidRequest).
-func (s *Service) VoidFromBody(ctx context.Context, tenantID int64, key, chargeID string, body []byte) (Result, error) {
-	return doRaw(ctx, s.engine, s.void, tenantID, key, pathOf(VoidPath, chargeID), body,
-		func(body []byte) (idempotency.Canonical, error) { return ParseVoidRequest(chargeID, body) })
+// Void runs one POST /v1/charges/{id}/void, as Capture.
+func (s *Service) Void(ctx context.Context, tenantID int64, key, chargeID string, body Body) (phases.Result, error) {
+	return run(ctx, s.engine, s.void, tenantID, key, pathOf(VoidPath, chargeID), body,
+		func(b []byte) (idempotency.Canonical, error) { return ParseVoidRequest(chargeID, b) })
 }
 
-// RefundFromBody runs one POST /v1/refunds from its body as it came, as
-// CreateFromBody (ParseRefundRequest). Refund's errors, or a *ParseError.
-func (s *Service) RefundFromBody(ctx context.Context, tenantID int64, key string, body []byte) (Result, error) {
-	return doRaw(ctx, s.engine, s.refund, tenantID, key, RefundPath, body, func(body []byte) (idempotency.Canonical, error) {
-		req, _, err := ParseRefundRequest(body)
+// Refund runs one POST /v1/refunds. Besides Create's errors: ErrNotFound
+// (the charge).
+func (s *Service) Refund(ctx context.Context, tenantID int64, key string, body Body) (phases.Result, error) {
+	return run(ctx, s.engine, s.refund, tenantID, key, RefundPath, body, func(b []byte) (idempotency.Canonical, error) {
+		req, _, err := ParseRefundRequest(b)
 		return req, err
 	})
 }
 
-// do runs op, parsed, and doRaw runs it from its body as it came
-// (phases.DoRaw, a POST to path). An operation this service does not have
+// run runs op for a POST to path. An operation this service does not have
 // (a PSP that cannot settle, see NewService) is phases.ErrNoOperation.
-func do[S any](ctx context.Context, e *phases.Engine, op *phases.Operation[S], tenantID int64, key string,
-	req idempotency.Canonical) (Result, error) {
+func run[S any](ctx context.Context, e *phases.Engine, op *phases.Operation[S], tenantID int64, key, path string,
+	body Body, parse func([]byte) (idempotency.Canonical, error)) (phases.Result, error) {
 	if op == nil {
-		return Result{}, phases.ErrNoOperation
+		return phases.Result{}, phases.ErrNoOperation
+	}
+	req := phases.AsSent(phases.Raw{Method: http.MethodPost, Path: path, Body: body.raw, Parse: parse})
+	if body.parsed != nil {
+		if body.parsed.Method != http.MethodPost || body.parsed.Path != path {
+			return phases.Result{}, fmt.Errorf("charges: a request parsed for %s %s run as POST %s", body.parsed.Method, body.parsed.Path, path)
+		}
+		req = phases.Parsed(*body.parsed)
 	}
 	return phases.Do(ctx, e, op, tenantID, key, req)
-}
-
-func doRaw[S any](ctx context.Context, e *phases.Engine, op *phases.Operation[S], tenantID int64, key, path string,
-	body []byte, parse func([]byte) (idempotency.Canonical, error)) (Result, error) {
-	if op == nil {
-		return Result{}, phases.ErrNoOperation
-	}
-	return phases.DoRaw(ctx, e, op, tenantID, key, phases.Raw{Method: http.MethodPost, Path: path, Body: body, Parse: parse})
 }
 
 // GetRefund returns a tenant's refund, or ErrRefundNotFound.
@@ -187,7 +144,7 @@ func (s *Service) GetRefund(ctx context.Context, tenantID int64, id string) (*Re
 
 // Resume drives a key this worker has just taken over (a client's retry, or
 // the reaper) from its recovery point to done, through whichever of the
-// service's operations its request path names.
+// service's operations its claim named.
 func (s *Service) Resume(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error) {
 	return s.engine.Resume(ctx, lease)
 }

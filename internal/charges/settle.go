@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/jsonbody"
 	"github.com/phasepay/phasepay/internal/phases"
@@ -47,7 +45,7 @@ func (e *ChargePendingError) RetryAfterSeconds() int { return max(e.RetryAfter, 
 // whichever api process runs them.
 const lockChargeSQL = `SELECT ` + chargeColumns + ` FROM charges WHERE tenant_id = $1 AND id = $2 FOR UPDATE`
 
-func lockCharge(ctx context.Context, tx pgx.Tx, tenantID int64, id string) (*Charge, error) {
+func lockCharge(ctx context.Context, tx *phases.Tx, tenantID int64, id string) (*Charge, error) {
 	c, err := scanCharge(tx.QueryRow(ctx, lockChargeSQL, tenantID, id))
 	if err != nil {
 		return nil, fmt.Errorf("lock charge %q: %w", id, err)
@@ -58,7 +56,7 @@ func lockCharge(ctx context.Context, tx pgx.Tx, tenantID int64, id string) (*Cha
 // admitSettlement turns away, before the key is claimed, a capture or void
 // of a charge that does not exist for the tenant (404) or whose
 // authorization is not finished (409 charge_pending): neither is stored.
-func admitSettlement(ctx context.Context, tx pgx.Tx, tenantID int64, req idempotency.Canonical) error {
+func admitSettlement(ctx context.Context, tx *phases.Tx, tenantID int64, req idempotency.Canonical) error {
 	c, err := chargeByID(ctx, tx, tenantID, chargeOfPath(req.Path))
 	if err != nil {
 		return err
@@ -132,8 +130,8 @@ UPDATE charges
 // recordSettlement is the arrow after a capture's or void's PSP call, and
 // on success its event in the same transaction. A refusal ends the request
 // at once with 402 payment_failed.
-func recordSettlement(success Status) func(context.Context, pgx.Tx, *phases.Run[*Charge]) error {
-	return func(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
+func recordSettlement(success Status) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Transition, error) {
+	return func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
 		c, out := run.Object, run.Outcome
 		ok := out.Class == psp.ClassSuccess
 		if ok {
@@ -142,21 +140,20 @@ func recordSettlement(success Status) func(context.Context, pgx.Tx, *phases.Run[
 				c.AmountCaptured = out.Operation.Amount
 			}
 		}
-		if _, err := tx.Exec(ctx, recordSettlementSQL, c.TenantID, c.ID, c.Status, c.AmountCaptured, ok); err != nil {
-			return fmt.Errorf("record %s of %s: %w", success, c.ID, err)
-		}
+		tx.Queue(recordSettlementSQL, c.TenantID, c.ID, c.Status, c.AmountCaptured, ok)
 		if !ok {
-			run.Finish(failure(c.ID, out.Reason))
-			return nil // the status did not change: no event
+			return phases.Respond(failure(c.ID, out.Reason)), nil // the status did not change: no event
 		}
-		return writeStatusEvent(ctx, tx, c) // charge.captured or .voided, with the change
+		if err := writeStatusEvent(ctx, tx, c); err != nil { // charge.captured or .voided, with the change
+			return phases.Transition{}, err
+		}
+		return phases.Next(), nil
 	}
 }
 
 // answerCharge is the last arrow of a capture or void: 200 with the charge.
-func answerCharge(_ context.Context, _ pgx.Tx, run *phases.Run[*Charge]) error {
-	run.Finish(jsonResponse(http.StatusOK, run.Object))
-	return nil
+func answerCharge(_ context.Context, _ *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
+	return phases.Respond(jsonResponse(http.StatusOK, run.Object)), nil
 }
 
 // loadCharge reads the charge of a capture or void being resumed.
@@ -166,12 +163,9 @@ func loadCharge(ctx context.Context, q idempotency.DBTX, lease *idempotency.Leas
 
 const claimSettlementSQL = `UPDATE charges SET settlement = $3, updated_at = phasepay_now() WHERE tenant_id = $1 AND id = $2`
 
-// claimSettlement records under the row lock that c's one capture or void
+// claimSettlement queues, under the row lock, that c's one capture or void
 // is s. The caller checked that it had none.
-func claimSettlement(ctx context.Context, tx pgx.Tx, c *Charge, s settlement) error {
-	if _, err := tx.Exec(ctx, claimSettlementSQL, c.TenantID, c.ID, string(s)); err != nil {
-		return fmt.Errorf("claim %s of %s: %w", s, c.ID, err)
-	}
+func claimSettlement(tx *phases.Tx, c *Charge, s settlement) {
+	tx.Queue(claimSettlementSQL, c.TenantID, c.ID, string(s))
 	c.settlement = &s
-	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 )
 
 const chargeColumns = `tenant_id, id, amount, currency, payment_method, status, psp_reference, decline_code,
@@ -55,11 +56,11 @@ WITH charge AS (
 )
 SELECT ` + chargeColumns + ` FROM charge`
 
-// insertCharge inserts the charge and its first attempt (attemptKey).
-// In a pipelined transaction (an idempotency.Queuer) the insert is queued
-// and the charge returned is filled in when the exchange is read, at the
+// insertCharge queues the insert of the charge and its first attempt
+// (attemptKey). The charge returned holds its ids and first attempt at
+// once; the rest of its row is filled in when the exchange is read, at the
 // latest by the commit: nothing must read it before.
-func insertCharge(ctx context.Context, tx pgx.Tx, key idempotency.ID, id, pspName, attemptKey string, p CreateParams) (*Charge, error) {
+func insertCharge(tx *phases.Tx, key idempotency.ID, id, pspName, attemptKey string, p CreateParams) *Charge {
 	md := p.Metadata
 	if md == nil {
 		md = map[string]string{}
@@ -70,27 +71,17 @@ func insertCharge(ctx context.Context, tx pgx.Tx, key idempotency.ID, id, pspNam
 	}
 	first := []attempt{{N: 1, PSP: pspName, Key: attemptKey}}
 	args := []any{key.TenantID, id, key.Key, keyCreatedAt, p.Amount, p.Currency, p.PaymentMethod, p.Description, md, pspName, attemptKey}
-	if q, ok := tx.(idempotency.Queuer); ok {
-		// What the caller may use before the exchange is read: the ids
-		// and the first attempt. The row's columns arrive later.
-		c := &Charge{TenantID: key.TenantID, ID: id, PSP: pspName, attempts: first}
-		q.QueueRow(insertChargeSQL, args, func(row pgx.Row) error {
-			got, err := scanCharge(row)
-			if err != nil {
-				return fmt.Errorf("insert charge: %w", err)
-			}
-			got.attempts = first
-			*c = *got
-			return nil
-		})
-		return c, nil
-	}
-	c, err := scanCharge(tx.QueryRow(ctx, insertChargeSQL, args...))
-	if err != nil {
-		return nil, fmt.Errorf("insert charge: %w", err)
-	}
-	c.attempts = first
-	return c, nil
+	c := &Charge{TenantID: key.TenantID, ID: id, PSP: pspName, attempts: first}
+	tx.QueueRow(insertChargeSQL, args, func(row pgx.Row) error {
+		got, err := scanCharge(row)
+		if err != nil {
+			return fmt.Errorf("insert charge: %w", err)
+		}
+		got.attempts = first
+		*c = *got
+		return nil
+	})
+	return c
 }
 
 const chargeByKeySQL = `SELECT ` + chargeColumns + ` FROM charges
@@ -129,29 +120,23 @@ UPDATE charges
    SET status = $3, psp_reference = $4, decline_code = $5, failure_reason = $6, psp = $7, updated_at = phasepay_now()
  WHERE tenant_id = $1 AND id = $2`
 
-// updateAuthorization records c's answer, and ends attempt a with outcome
-// unless a is nil.
-func updateAuthorization(ctx context.Context, tx pgx.Tx, c *Charge, a *attempt, outcome string) error {
+// updateAuthorization queues c's answer, and the end of attempt a with
+// outcome unless a is nil.
+func updateAuthorization(tx *phases.Tx, c *Charge, a *attempt, outcome string) {
 	n := 0
 	if a != nil {
 		n = a.N
 	}
-	if _, err := tx.Exec(ctx, recordAuthorizationSQL, c.TenantID, c.ID, c.Status, c.PSPReference, c.DeclineCode, c.FailureReason, c.PSP, n, outcome); err != nil {
-		return fmt.Errorf("record authorization of %s: %w", c.ID, err)
-	}
+	tx.Queue(recordAuthorizationSQL, c.TenantID, c.ID, c.Status, c.PSPReference, c.DeclineCode, c.FailureReason, c.PSP, n, outcome)
 	if a != nil {
 		a.Outcome = &outcome
 	}
-	return nil
 }
 
 // updateChargePSPSQL moves a pending charge to the PSP of its next attempt
 // (a failover), with that attempt's record.
 const updateChargePSPSQL = `UPDATE charges SET psp = $3, updated_at = phasepay_now() WHERE tenant_id = $1 AND id = $2`
 
-func updateChargePSP(ctx context.Context, tx pgx.Tx, c *Charge) error {
-	if _, err := tx.Exec(ctx, updateChargePSPSQL, c.TenantID, c.ID, c.PSP); err != nil {
-		return fmt.Errorf("move %s to %s: %w", c.ID, c.PSP, err)
-	}
-	return nil
+func updateChargePSP(tx *phases.Tx, c *Charge) {
+	tx.Queue(updateChargePSPSQL, c.TenantID, c.ID, c.PSP)
 }

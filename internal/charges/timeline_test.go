@@ -15,6 +15,7 @@ import (
 	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 )
 
 // statementCounter counts the statements a pool's connections send (each
@@ -47,17 +48,17 @@ func TestTimelineCostsNoStatementOfItsOwn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	req, params := chargestest.Request(t, visa)
+	req, _ := chargestest.Request(t, visa)
 	measure := func(off bool) (statements, trips float64, keys *idempotency.Store) {
 		keys, err := idempotency.NewStore(idempotency.Config{Lease: time.Minute, TimelineOff: off})
 		require.NoError(t, err)
 		stmts, rt := &statementCounter{}, &tripCounter{}
 		pool := testdb.Pool(t, b.URL, b.T0, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = stmts }, rt.configure)
-		svc := chargestest.NewService(t, pool, keys, b.PSP, charges.Config{})
+		svc := chargestest.NewService(t, pool, keys, b.PSP, phases.Config{})
 		create := func(key string) {
-			res, err := svc.Create(ctx, b.Tenant, key, req, params)
+			res, err := svc.Create(ctx, b.Tenant, key, charges.Parsed(req))
 			require.NoError(t, err)
-			require.Equal(t, charges.OutcomeNew, res.Outcome)
+			require.Equal(t, phases.OutcomeNew, res.Outcome)
 		}
 		for i := range 3 { // connections and their prepared statements
 			create(fmt.Sprintf("warm-%v-%d", off, i))
@@ -99,8 +100,8 @@ func TestTimelineOfOneCommitPerPhase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	req, params := chargestest.Request(t, visa)
-	_, err := b.Service(t, 0, charges.Config{OneCommitPerPhase: true}).Create(ctx, b.Tenant, "slow", req, params)
+	req, _ := chargestest.Request(t, visa)
+	_, err := b.Service(t, 0, phases.Config{OneCommitPerPhase: true}).Create(ctx, b.Tenant, "slow", charges.Parsed(req))
 	require.NoError(t, err)
 	h, err := idempotency.ReadHistory(ctx, b.Pool, b.Tenant, "slow")
 	require.NoError(t, err)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/problem"
@@ -55,28 +53,35 @@ func ParseVoidRequest(chargeID string, body []byte) (idempotency.Canonical, erro
 
 func voidOperation(o Operator) *phases.Operation[*Charge] {
 	return &phases.Operation[*Charge]{
-		Path: VoidPath, Span: "charges.void", ResumeSpan: "charges.void.resume",
+		Name: "charges.void", ResumeSpan: "charges.void.resume", Path: VoidPath,
 		Admit:    admitSettlement,
 		ObjectID: func(req idempotency.Canonical) string { return chargeOfPath(req.Path) },
 		Load:     loadCharge,
-		Arrows: []phases.Arrow[*Charge]{
+		// tx 1: the claim and the settlement claimed under the charge's lock.
+		WithClaim: []phases.Arrow[*Charge]{
 			{To: PointVoidStarted, Commit: startVoid},
-			{To: PointPSPVoided, Call: settleCall(o, psp.KindVoid, "void", nil), Commit: recordSettlement(StatusVoided)},
-			{To: idempotency.PointDone, Commit: answerCharge},
 		},
+		// tx 2, after the PSP's answer: the charge voided, the answer stored.
+		Steps: []phases.Step[*Charge]{{
+			Call: settleCall(o, psp.KindVoid, "void", nil),
+			Arrows: []phases.Arrow[*Charge]{
+				{To: PointPSPVoided, Commit: recordSettlement(StatusVoided)},
+				{To: idempotency.PointDone, Commit: answerCharge},
+			},
+		}},
 	}
 }
 
 // startVoid is start → void_started, under the charge's row lock.
-func startVoid(ctx context.Context, tx pgx.Tx, run *phases.Run[*Charge]) error {
+func startVoid(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
 	c, err := lockCharge(ctx, tx, run.Lease.Record.TenantID, run.ObjectID)
 	if err != nil {
-		return err
+		return phases.Transition{}, err
 	}
 	run.Object = c
 	if c.Status != StatusAuthorized || c.settlement != nil {
-		run.Finish(refusal(problem.ChargeNotVoidable, c.ID, fmt.Sprintf("Charge %s is %s%s and cannot be voided.", c.ID, c.Status, settling(c))))
-		return nil
+		return phases.Respond(refusal(problem.ChargeNotVoidable, c.ID, fmt.Sprintf("Charge %s is %s%s and cannot be voided.", c.ID, c.Status, settling(c)))), nil
 	}
-	return claimSettlement(ctx, tx, c, settleVoid)
+	claimSettlement(tx, c, settleVoid)
+	return phases.Next(), nil
 }

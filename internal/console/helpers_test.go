@@ -25,6 +25,7 @@ import (
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/operator"
+	"github.com/phasepay/phasepay/internal/phases"
 )
 
 // testToken is the operator token of the tests' consoles.
@@ -67,14 +68,14 @@ func (w *world) service(t *testing.T, keys idempotency.Config) *charges.Service 
 	keys.NeedsAttention = events.NeedsAttention
 	store, err := idempotency.NewStore(keys)
 	require.NoError(t, err)
-	return chargestest.NewService(t, w.Live, store, w.PSP, charges.Config{})
+	return chargestest.NewService(t, w.Live, store, w.PSP, phases.Config{})
 }
 
 // charge runs one charge request to its answer, or to the 503 of a PSP
 // that does not answer.
-func charge(t *testing.T, svc *charges.Service, tenant int64, key, body string) charges.Result {
+func charge(t *testing.T, svc *charges.Service, tenant int64, key, body string) phases.Result {
 	t.Helper()
-	res, err := svc.CreateFromBody(context.Background(), tenant, key, []byte(body))
+	res, err := svc.Create(context.Background(), tenant, key, charges.RawBody([]byte(body)))
 	var unavailable *charges.UnavailableError
 	if err != nil && !errors.As(err, &unavailable) && !errors.Is(err, idempotency.ErrUnresolved) {
 		require.NoError(t, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
 	"github.com/phasepay/phasepay/internal/webhooks"
@@ -94,9 +95,9 @@ func seedShowcase(t *testing.T, w *world) (chargeID, takenOver, endpointID strin
 	svc := w.service(t, idempotency.Config{})
 	res := charge(t, svc, w.Tenant, "order-1001", `{"amount":4200,"currency":"eur","payment_method":"pm_card_visa","description":"annual plan"}`)
 	chargeID = chargeOf(t, res)
-	_, err = svc.CaptureFromBody(ctx, w.Tenant, "order-1001-capture", chargeID, []byte(`{}`))
+	_, err = svc.Capture(ctx, w.Tenant, "order-1001-capture", chargeID, charges.RawBody([]byte(`{}`)))
 	require.NoError(t, err)
-	_, err = svc.RefundFromBody(ctx, w.Tenant, "order-1001-refund-1", []byte(`{"charge":"`+chargeID+`","amount":1200}`))
+	_, err = svc.Refund(ctx, w.Tenant, "order-1001-refund-1", charges.RawBody([]byte(`{"charge":"`+chargeID+`","amount":1200}`)))
 	require.NoError(t, err)
 	charge(t, svc, w.Tenant, "order-1002", `{"amount":990,"currency":"usd","payment_method":"pm_card_chargeDeclined"}`)
 	require.NoError(t, w.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
@@ -108,13 +109,13 @@ func seedShowcase(t *testing.T, w *world) (chargeID, takenOver, endpointID strin
 	takenOver = "order-1004"
 	api, err := idempotency.NewStore(idempotency.Config{Lease: time.Second, NeedsAttention: events.NeedsAttention})
 	require.NoError(t, err)
-	crashing := chargestest.NewService(t, w.Live, api, w.PSP, charges.Config{CrashHook: chargestest.CrashAt(charges.CrashAfterPSPCall)})
-	_, err = crashing.CreateFromBody(ctx, w.Tenant, takenOver, []byte(visa))
+	crashing := chargestest.NewService(t, w.Live, api, w.PSP, phases.Config{CrashHook: chargestest.CrashAt(phases.CrashAfterPSPCall)})
+	_, err = crashing.Create(ctx, w.Tenant, takenOver, charges.RawBody([]byte(visa)))
 	require.ErrorIs(t, err, chargestest.ErrCrash)
 	time.Sleep(1100 * time.Millisecond)
 	reaperKeys, err := idempotency.NewStore(idempotency.Config{Lease: time.Minute, Role: idempotency.RoleReaper, NeedsAttention: events.NeedsAttention})
 	require.NoError(t, err)
-	r, err := reaper.New(w.Live, reaperKeys, chargestest.NewService(t, w.Live, reaperKeys, w.PSP, charges.Config{}), reaper.Config{})
+	r, err := reaper.New(w.Live, reaperKeys, chargestest.NewService(t, w.Live, reaperKeys, w.PSP, phases.Config{}), reaper.Config{})
 	require.NoError(t, err)
 	_, err = r.RunOnce(ctx)
 	require.NoError(t, err)
@@ -137,7 +138,7 @@ func seedShowcase(t *testing.T, w *world) (chargeID, takenOver, endpointID strin
 }
 
 // chargeOf is the id of the charge an answer carries.
-func chargeOf(t *testing.T, res charges.Result) string {
+func chargeOf(t *testing.T, res phases.Result) string {
 	t.Helper()
 	var c struct{ ID string }
 	require.NoError(t, json.Unmarshal(res.Response.Body, &c), "%s", res.Response.Body)

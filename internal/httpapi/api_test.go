@@ -19,6 +19,7 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
@@ -56,7 +57,7 @@ func setupAPI(t *testing.T, clock time.Time) *apiBundle {
 	t.Cleanup(pspSrv.Close)
 	client, err := psp.NewClient(psp.ClientConfig{BaseURL: pspSrv.URL, InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
 	require.NoError(t, err)
-	svc, err := charges.NewService(pool, keys, client, charges.Config{})
+	svc, err := charges.NewService(pool, keys, client, phases.Config{})
 	require.NoError(t, err)
 	t.Cleanup(svc.Wait)
 	tel, err := telemetry.New(ctx, "httpapi-test")

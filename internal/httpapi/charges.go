@@ -12,27 +12,30 @@ import (
 
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/tenants"
 )
 
 // createCharge serves POST /v1/charges.
 func (s *server) createCharge(w http.ResponseWriter, r *http.Request) {
-	s.runIdempotent(w, r, s.cfg.Charges.CreateFromBody)
+	s.runIdempotent(w, r, func(ctx context.Context, tenantID int64, key string, body []byte) (phases.Result, error) {
+		return s.cfg.Charges.Create(ctx, tenantID, key, charges.RawBody(body))
+	})
 }
 
 // captureCharge serves POST /v1/charges/{id}/capture.
 func (s *server) captureCharge(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
-	s.runIdempotent(w, r, func(ctx context.Context, tenantID int64, key string, body []byte) (charges.Result, error) {
-		return s.cfg.Charges.CaptureFromBody(ctx, tenantID, key, id, body)
+	s.runIdempotent(w, r, func(ctx context.Context, tenantID int64, key string, body []byte) (phases.Result, error) {
+		return s.cfg.Charges.Capture(ctx, tenantID, key, id, charges.RawBody(body))
 	})
 }
 
 // voidCharge serves POST /v1/charges/{id}/void.
 func (s *server) voidCharge(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
-	s.runIdempotent(w, r, func(ctx context.Context, tenantID int64, key string, body []byte) (charges.Result, error) {
-		return s.cfg.Charges.VoidFromBody(ctx, tenantID, key, id, body)
+	s.runIdempotent(w, r, func(ctx context.Context, tenantID int64, key string, body []byte) (phases.Result, error) {
+		return s.cfg.Charges.Void(ctx, tenantID, key, id, charges.RawBody(body))
 	})
 }
 
@@ -40,13 +43,13 @@ func (s *server) voidCharge(w http.ResponseWriter, r *http.Request) {
 // Everything that can be wrong with the request (the key, the media type,
 // the body) is refused before the key is claimed, so a client can fix its
 // request and retry with the same key. run parses the body (a
-// *charges.ParseError when it is invalid) and executes the request, or
+// *phases.ParseError when it is invalid) and executes the request, or
 // replays its stored answer: a retry with its first attempt's bytes is
-// answered without parsing them again (phases.DoRaw), any other body is
+// answered without parsing them again (phases.AsSent), any other body is
 // fingerprinted as parsed, never as it came (see
 // charges.ParseCreateRequest).
 func (s *server) runIdempotent(w http.ResponseWriter, r *http.Request,
-	run func(ctx context.Context, tenantID int64, key string, body []byte) (charges.Result, error),
+	run func(ctx context.Context, tenantID int64, key string, body []byte) (phases.Result, error),
 ) {
 	tenant, _ := tenants.FromContext(r.Context())
 	key, err := idempotency.KeyFromHeader(r.Header)
@@ -71,7 +74,7 @@ func (s *server) runIdempotent(w http.ResponseWriter, r *http.Request,
 	h := w.Header()
 	h.Set("Content-Type", res.Response.ContentType)
 	h.Set("Cache-Control", "no-store")
-	if res.Outcome == charges.OutcomeReplay {
+	if res.Outcome == phases.OutcomeReplay {
 		h.Set("Idempotent-Replayed", "true")
 	}
 	h.Set("Content-Length", strconv.Itoa(len(res.Response.Body)))
@@ -80,9 +83,9 @@ func (s *server) runIdempotent(w http.ResponseWriter, r *http.Request,
 }
 
 // outcomeLabel names what the key decided, for the request log line.
-func outcomeLabel(outcome charges.Outcome, err error) string {
+func outcomeLabel(outcome phases.Outcome, err error) string {
 	switch {
-	case errors.As(err, new(*charges.ParseError)):
+	case errors.As(err, new(*phases.ParseError)):
 		return "" // refused before its key decided anything
 	case errors.Is(err, idempotency.ErrMismatch):
 		return "mismatch"

@@ -1,16 +1,21 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/tenants"
 )
 
 // createRefund serves POST /v1/refunds.
 func (s *server) createRefund(w http.ResponseWriter, r *http.Request) {
-	s.runIdempotent(w, r, s.cfg.Charges.RefundFromBody)
+	s.runIdempotent(w, r, func(ctx context.Context, tenantID int64, key string, body []byte) (phases.Result, error) {
+		return s.cfg.Charges.Refund(ctx, tenantID, key, charges.RawBody(body))
+	})
 }
 
 // getRefund serves GET /v1/refunds/{id}. Another tenant's refund is not

@@ -16,6 +16,7 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
@@ -44,7 +45,7 @@ func BenchmarkReplay(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := charges.NewService(pool, keys, client, charges.Config{})
+	svc, err := charges.NewService(pool, keys, client, phases.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

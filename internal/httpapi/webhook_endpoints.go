@@ -91,7 +91,8 @@ func (s *server) createWebhookEndpoint(w http.ResponseWriter, r *http.Request) {
 	err = pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 		var lease *idempotency.Lease
 		if key != "" {
-			rec, created, err := s.keys.Claim(ctx, tx, idempotency.ClaimParams{TenantID: tenant.ID, Key: key, Request: req})
+			rec, created, err := s.keys.Claim(ctx, tx, idempotency.ClaimParams{TenantID: tenant.ID, Key: key, Request: req,
+				Operation: "webhook_endpoints.create"})
 			if err != nil {
 				return err
 			}

@@ -165,3 +165,43 @@ func TestHeadMonthDroppedWithItsLastDay(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "c", rec.Key)
 }
+
+// A key in an operator's DEFAULT partition (the runbook's missed day) is
+// found through its head like any other, so its month of heads must
+// outlive every named day partition of that month: retention counts the
+// DEFAULT partition's keys too. Counting only named day partitions, it
+// dropped the month's heads, the started key became invisible to claims,
+// and a client's retry claimed it anew: a second charge, while the reaper
+// still drove the first.
+func TestRetentionKeepsTheHeadsOfKeysInTheDefaultPartition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	m := time.Date(time.Now().UTC().Year()-1, time.March, 1, 0, 0, 0, 0, time.UTC)
+	missed, later := m.AddDate(0, 0, 5), m.AddDate(0, 2, 0)
+	_, err := b.pool.Exec(ctx, `CREATE TABLE idempotency_keys_default PARTITION OF idempotency_keys DEFAULT`)
+	require.NoError(t, err)
+	// A day nobody partitioned: its key lands in the DEFAULT partition,
+	// its head in the month's partition of heads.
+	then := testdb.Pool(t, b.url, missed.Add(time.Hour))
+	_, err = then.Exec(ctx, `SELECT idempotency_key_heads_ensure_month($1)`, missed)
+	require.NoError(t, err)
+	_, created, err := claim(ctx, then, b.store, b.tenant, "stuck", b.req)
+	require.NoError(t, err)
+	require.True(t, created)
+	var where string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM idempotency_keys WHERE key = 'stuck'`).Scan(&where))
+	require.Equal(t, "idempotency_keys_default", where)
+	// Two months on, with day partitions of their own.
+	finishedKey(t, b, later.Add(time.Hour), "c", true)
+
+	report, err := idempotency.DropExpiredPartitions(ctx, testdb.Pool(t, b.url, later.Add(2*time.Hour)), 24*time.Hour)
+	require.NoError(t, err)
+	require.NotContains(t, report.DroppedHeads, "idempotency_key_heads_p"+m.Format("200601"))
+	rec, err := b.store.Lookup(ctx, b.pool, b.tenant, "stuck")
+	require.NoError(t, err, "the key in the DEFAULT partition is still found")
+	require.Equal(t, idempotency.StateStarted, rec.State)
+	_, created, err = claim(ctx, testdb.Pool(t, b.url, later.Add(3*time.Hour)), b.store, b.tenant, "stuck", b.req)
+	require.NoError(t, err)
+	require.False(t, created, "a retry finds the key, never claims it anew")
+}

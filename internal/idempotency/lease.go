@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Lease is a worker's hold on a started key: the right to advance it, valid
@@ -41,10 +39,11 @@ UPDATE idempotency_keys
 
 // Advance moves the key to point inside tx, fenced by the lease. Call it
 // before the phase's effects, in the same transaction; the caller commits.
-// It returns ErrLeaseLost if the lease was taken over or the key finished.
-func (l *Lease) Advance(ctx context.Context, tx pgx.Tx, point RecoveryPoint) error {
+// It returns ErrLeaseLost if the lease was taken over or the key finished
+// (from the commit, when tx is a Queuer).
+func (l *Lease) Advance(ctx context.Context, tx Execer, point RecoveryPoint) error {
 	r := l.Record
-	_, err := tx.Exec(ctx, advanceSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, string(point), l.store.cfg.Lease.Microseconds(),
+	err := write(ctx, tx, advanceSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, string(point), l.store.cfg.Lease.Microseconds(),
 		l.take(Entry{Kind: KindReached, RecoveryPoint: point}))
 	return fenceError(err, "advance %q to %s", r.Key, point)
 }
@@ -70,10 +69,11 @@ UPDATE idempotency_keys
    AND state = 'started'`, "finish")
 
 // Finish stores resp as the key's final answer inside tx, the transaction of
-// the request's last effect. It returns ErrLeaseLost if the lease was lost.
-func (l *Lease) Finish(ctx context.Context, tx pgx.Tx, resp Response) error {
+// the request's last effect. It returns ErrLeaseLost if the lease was lost
+// (from the commit, when tx is a Queuer).
+func (l *Lease) Finish(ctx context.Context, tx Execer, resp Response) error {
 	r := l.Record
-	_, err := tx.Exec(ctx, finishSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, resp.Status, resp.ContentType, resp.Body,
+	err := write(ctx, tx, finishSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, resp.Status, resp.ContentType, resp.Body,
 		l.take(Entry{Kind: KindFinished, ResponseStatus: resp.Status}))
 	return fenceError(err, "finish %q", r.Key)
 }
@@ -131,4 +131,47 @@ func (l *Lease) Heartbeat(ctx context.Context, q DBTX, lost func(error)) {
 			}
 		}
 	}
+}
+
+// unlockSQL gives a lease up without ending an attempt: the holder did not
+// fail at its work, the database failed under it (the phase engine's
+// releaseLater). The key stays at its last committed recovery point with
+// its attempts, last error and schedule unchanged, so that the client's
+// next retry resumes it at once instead of being told to wait for a PSP
+// that never failed (releaseSQL would count an attempt and schedule the
+// next one). Fenced like every write of a holder. The timeline gains the
+// holder's notes ($5) and "released" with the reason database
+// unavailable and the next attempt as it stands (due now, unless one was
+// scheduled).
+const unlockSQL = `
+UPDATE idempotency_keys
+   SET locked_until = NULL,
+       holder = NULL,
+       timeline = CASE WHEN $5::text IS NULL THEN timeline
+           ELSE phasepay_timeline_append(timeline, $5, lock_version) || jsonb_build_array(jsonb_build_object(
+                'at', phasepay_timeline_time(phasepay_now()), 'kind', 'released', 'holder', $6::text,
+                'lock_version', lock_version, 'reason', '` + ReasonDatabaseUnavailable + `',
+                'next_attempt_at', phasepay_timeline_time(coalesce(next_attempt_at, phasepay_now()))))
+           END
+ WHERE tenant_id = $1 AND key = $2 AND created_at = $3
+   AND lock_version = $4
+   AND state = 'started'`
+
+// ReasonDatabaseUnavailable is the reason Unlock's timeline entry gives.
+const ReasonDatabaseUnavailable = "database unavailable"
+
+// Unlock gives the lease up at the key's last recovery point without
+// counting an attempt (see unlockSQL). It returns ErrLeaseLost if the lease
+// was already lost (the run's last commit landed, or the key was taken
+// over).
+func (l *Lease) Unlock(ctx context.Context, q DBTX) error {
+	r := l.Record
+	tag, err := q.Exec(ctx, unlockSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, l.take(), l.store.holder)
+	if err != nil {
+		return fmt.Errorf("unlock %q: %w", r.Key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("unlock %q: %w", r.Key, ErrLeaseLost)
+	}
+	return nil
 }

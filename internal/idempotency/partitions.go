@@ -220,12 +220,23 @@ func DropExpiredPartitions(ctx context.Context, q Beginner, retention time.Durat
 }
 
 // listHeadMonthsSQL finds the monthly partitions of key heads (attached or
-// left detached by an interrupted pass) that end at or before the first day
-// of the oldest day partition left, attached or not: every key of theirs
-// is gone. With no day partition left at all, none is listed.
+// left detached by an interrupted pass) that end at or before the oldest
+// day any key may still be of: the first day of the oldest day partition
+// left, attached or not, or the day of the oldest row of an operator's
+// DEFAULT partition ($1, NULL when there is none or it is empty), whichever
+// is older. Every key of the months listed is gone. With no key left
+// anywhere, none is listed.
+//
+// *Closes*: a DEFAULT partition (the runbook's missed day) holding a key
+// of a month whose day partitions have all been dropped. Counting only the
+// named day partitions, retention dropped that month's heads; the key,
+// started or finished, became invisible to claims, and a client's retry
+// created a second charge with a second authorization while the reaper
+// still drove the first (TestRetentionKeepsTheHeadsOfKeysInTheDefaultPartition).
 const listHeadMonthsSQL = `
 WITH oldest AS (
-    SELECT min(to_date(substring(relname from '[0-9]{8}$'), 'YYYYMMDD')) AS day
+    SELECT least(min(to_date(substring(relname from '[0-9]{8}$'), 'YYYYMMDD')),
+                 ($1::timestamptz AT TIME ZONE 'UTC')::date) AS day
       FROM pg_class
      WHERE relkind = 'r' AND relname ~ '^idempotency_keys_p[0-9]{8}$' AND pg_table_is_visible(oid)
 )
@@ -239,6 +250,33 @@ SELECT c.relname, i.inhrelid IS NOT NULL AS attached, coalesce(i.inhdetachpendin
    AND to_date(substring(c.relname from '[0-9]{6}$') || '01', 'YYYYMMDD') + interval '1 month' <= oldest.day
  ORDER BY c.relname`
 
+// defaultPartitionSQL names the DEFAULT partition of idempotency_keys, if
+// an operator made one.
+const defaultPartitionSQL = `
+SELECT partdefid::regclass::text FROM pg_partitioned_table
+ WHERE partrelid = 'idempotency_keys'::regclass AND partdefid <> 0`
+
+// oldestInDefault returns the creation time of the oldest key in the
+// DEFAULT partition of idempotency_keys, or nil when there is no such
+// partition or it holds no key. It reads the whole DEFAULT partition: it
+// holds only the days an operator could not partition in time.
+func oldestInDefault(ctx context.Context, q DBTX) (*time.Time, error) {
+	var name string
+	err := q.QueryRow(ctx, defaultPartitionSQL).Scan(&name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find the DEFAULT partition: %w", err)
+	}
+	var oldest *time.Time
+	// name is the catalog's own quoted spelling (regclass::text).
+	if err := q.QueryRow(ctx, "SELECT min(created_at) FROM "+name).Scan(&oldest); err != nil {
+		return nil, fmt.Errorf("oldest key in %s: %w", name, err)
+	}
+	return oldest, nil
+}
+
 // dropExpiredHeadMonths drops the months listHeadMonthsSQL lists, as days
 // are dropped: DETACH … CONCURRENTLY (heads have no DEFAULT partition),
 // then DROP TABLE.
@@ -247,7 +285,11 @@ func dropExpiredHeadMonths(ctx context.Context, q Beginner) ([]string, error) {
 		name                    string
 		attached, detachPending bool
 	}
-	rows, err := q.Query(ctx, listHeadMonthsSQL)
+	inDefault, err := oldestInDefault(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, listHeadMonthsSQL, inDefault)
 	if err != nil {
 		return nil, fmt.Errorf("list head months: %w", err)
 	}

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 
@@ -48,14 +49,33 @@ func TranslateError(err error) error {
 }
 
 // Queuer is a transaction that can hold a statement back until it sends
-// the exchange its commit rides in, and hand that statement's one row to
-// scan then (the phase engine's pipelined transaction). scan sees
-// pgx.ErrNoRows for a statement that returned no row, and the statement's
-// own error if it failed; it is not called for a statement that never ran
-// because one before it failed.
+// the exchange its commit rides in (the phase engine's pipelined
+// transaction, phases.Tx): Queue for a write, whose error surfaces at that
+// exchange, and QueueRow for a statement whose one row is handed to scan
+// then. scan sees pgx.ErrNoRows for a statement that returned no row, and
+// the statement's own error if it failed; it is not called for a statement
+// that never ran because one before it failed.
 type Queuer interface {
-	DBTX
+	Queue(sql string, args ...any)
 	QueueRow(sql string, args []any, scan func(pgx.Row) error)
+}
+
+// Execer runs a write: a plain transaction or connection (pgx.Tx, run at
+// once), or a Queuer, whose write is queued instead (see write).
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// write runs a fenced write on q: queued when q is a Queuer (the fence
+// fails the statement, so its error surfaces at the exchange), at once
+// otherwise.
+func write(ctx context.Context, q Execer, sql string, args ...any) error {
+	if qq, ok := q.(Queuer); ok {
+		qq.Queue(sql, args...)
+		return nil
+	}
+	_, err := q.Exec(ctx, sql, args...)
+	return err
 }
 
 // claimFuncSQL is the claim of QueueClaim: idempotency_keys_claim
@@ -66,7 +86,7 @@ type Queuer interface {
 // here once the function has returned its row (a plpgsql set-returning
 // function runs to completion before its caller reads the first row).
 const claimFuncSQL = `SELECT current_setting('phasepay.claim') = 'created', ` + recordColumns + `
-  FROM idempotency_keys_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+  FROM idempotency_keys_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
 
 // claimedSQL fails with PPK01 (ErrKeyExists) unless the claim before it
 // created the key: queued between the claim and the first phase's writes,
@@ -102,10 +122,10 @@ func (s *Store) QueueClaim(q Queuer, p ClaimParams) *QueuedClaim {
 	point := cmp.Or(p.Point, PointStart)
 	c := &QueuedClaim{Lease: &Lease{store: s, Record: Record{
 		TenantID: p.TenantID, Key: p.Key, Request: p.Request, State: StateStarted, Point: point,
-		LockVersion: 1, Leased: true, Due: true, ObjectID: p.ObjectID, TraceContext: p.TraceContext,
+		LockVersion: 1, Leased: true, Due: true, ObjectID: p.ObjectID, TraceContext: p.TraceContext, Operation: p.Operation,
 	}}}
 	q.QueueRow(claimFuncSQL, []any{p.TenantID, p.Key, p.Request.Fingerprint[:], p.Request.Method, p.Request.Path,
-		p.Request.Body, s.cfg.Lease.Microseconds(), p.TraceContext, string(point), p.ObjectID,
+		p.Request.Body, s.cfg.Lease.Microseconds(), p.TraceContext, string(point), p.ObjectID, p.Operation,
 		s.holderColumn(), s.claimEntries(point)},
 		func(row pgx.Row) error {
 			var created bool

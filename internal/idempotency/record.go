@@ -66,6 +66,9 @@ type Record struct {
 	Response *Response
 	// TraceContext is the claiming request's trace context, if it had one.
 	TraceContext string
+	// Operation names the operation that runs the key (phases.Operation's
+	// Name), stored by its claim: what a takeover resumes it with.
+	Operation string
 
 	partial bool // read by Peek: enough to decide and answer, not to take over
 }

@@ -280,9 +280,9 @@ UPDATE idempotency_keys SET object_id = $5
 // SetObject records, inside the transaction that creates it, the id of the
 // object the request created (shown in the tenant's view of the key). It
 // returns ErrLeaseLost if the lease was lost.
-func (l *Lease) SetObject(ctx context.Context, tx pgx.Tx, id string) error {
+func (l *Lease) SetObject(ctx context.Context, tx Execer, id string) error {
 	r := l.Record
-	if _, err := tx.Exec(ctx, setObjectSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, id); err != nil {
+	if err := write(ctx, tx, setObjectSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, id); err != nil {
 		return fenceError(err, "set object of %q", r.Key)
 	}
 	l.Record.ObjectID = id

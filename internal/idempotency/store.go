@@ -114,9 +114,9 @@ WITH existing AS (
 ), inserted AS (
     INSERT INTO idempotency_keys
            (tenant_id, key, fingerprint, request_method, request_path, request_body, locked_until, trace_context,
-            recovery_point, object_id, holder, timeline)
+            recovery_point, object_id, operation, holder, timeline)
     SELECT $1, $2, $3, $4, $5, $6, phasepay_now() + $7 * interval '1 microsecond', nullif($8, ''), $9, nullif($10, ''),
-           $11, phasepay_timeline_append(NULL, $12, 1)
+           nullif($11, ''), $12, phasepay_timeline_append(NULL, $13, 1)
      WHERE NOT EXISTS (SELECT 1 FROM existing)
     RETURNING ` + recordColumns + `
 )
@@ -130,7 +130,7 @@ const recordColumns = `tenant_id, key, created_at, fingerprint, request_method, 
        response_status, response_content_type, response_body, coalesce(trace_context, ''),
        next_attempt_at, coalesce(next_attempt_at <= phasepay_now(), true),
        greatest(0, ceil(extract(epoch FROM next_attempt_at - phasepay_now())))::int,
-       coalesce(last_error, ''), coalesce(object_id, '')`
+       coalesce(last_error, ''), coalesce(object_id, ''), coalesce(operation, '')`
 
 // ClaimParams names the key to claim and the request it is claimed for.
 type ClaimParams struct {
@@ -149,6 +149,10 @@ type ClaimParams struct {
 	// ObjectID names the object that first phase creates (see
 	// Lease.SetObject), if it has one.
 	ObjectID string
+	// Operation names the operation that runs the key (see
+	// Record.Operation); empty for a key finished in its claim's own
+	// transaction, which nothing ever resumes.
+	Operation string
 }
 
 // Claim claims the key of a request inside tx, which the caller commits
@@ -167,7 +171,7 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p ClaimParams) (rec Record
 	batch.Queue(claimLockSQL, tenantID, key)
 	point := cmp.Or(p.Point, PointStart)
 	batch.Queue(claimSQL, tenantID, key, req.Fingerprint[:], req.Method, req.Path, req.Body,
-		s.cfg.Lease.Microseconds(), p.TraceContext, string(point), p.ObjectID, s.holderColumn(), s.claimEntries(point))
+		s.cfg.Lease.Microseconds(), p.TraceContext, string(point), p.ObjectID, p.Operation, s.holderColumn(), s.claimEntries(point))
 	results := tx.SendBatch(ctx, batch)
 	defer results.Close()
 	var isolation, ignored string
@@ -218,7 +222,7 @@ func scanRecord(row pgx.Row, created *bool) (Record, error) {
 		&rec.Request.Method, &rec.Request.Path, &rec.Request.Body,
 		&rec.State, &rec.Point, &rec.LockVersion, &rec.Leased, &rec.Attempts,
 		&status, &contentType, &body, &rec.TraceContext,
-		&rec.NextAttemptAt, &rec.Due, &rec.RetryAfter, &rec.LastError, &rec.ObjectID)
+		&rec.NextAttemptAt, &rec.Due, &rec.RetryAfter, &rec.LastError, &rec.ObjectID, &rec.Operation)
 	if err != nil {
 		return Record{}, err
 	}
@@ -315,7 +319,7 @@ const dueAtExpr = `greatest(coalesce(locked_until, '-infinity'::timestamptz), co
 const qualifiedRecordColumns = `k.tenant_id, k.key, k.created_at, k.fingerprint, k.request_method, k.request_path,
        k.request_body, k.state, k.recovery_point, k.lock_version, true, k.attempts,
        k.response_status, k.response_content_type, k.response_body, coalesce(k.trace_context, ''),
-       k.next_attempt_at, true, 0, coalesce(k.last_error, ''), coalesce(k.object_id, '')`
+       k.next_attempt_at, true, 0, coalesce(k.last_error, ''), coalesce(k.object_id, ''), coalesce(k.operation, '')`
 
 // TakeOverExpired takes over up to limit abandoned keys (started, lease
 // expired, retry backoff over) and returns their leases.

@@ -164,3 +164,25 @@ func TestTimelineGoesWithItsPartition(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE timeline IS NOT NULL`).Scan(&left))
 	require.Zero(t, left)
 }
+
+// A run the database failed under gives its lease up without an attempt
+// (Unlock): its timeline says released, for that reason, due at once, and
+// keeps the PSP call the run had made.
+func TestTimelineOfAnUnlockedKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	rec, _, err := claim(ctx, b.pool, b.store, b.tenant, "blip", b.req)
+	require.NoError(t, err)
+	lease := b.store.LeaseOf(rec)
+	lease.Note(idempotency.Entry{Kind: idempotency.KindPSPCall, Outcome: "success"})
+	require.NoError(t, lease.Unlock(ctx, b.pool))
+	h := history(t, b, b.pool, "blip")
+	require.Equal(t, []idempotency.Kind{idempotency.KindClaimed, idempotency.KindPSPCall, idempotency.KindReleased}, kinds(h.Entries))
+	released := h.Entries[2]
+	require.Equal(t, idempotency.ReasonDatabaseUnavailable, released.Reason)
+	require.NotNil(t, released.NextAttemptAt)
+	require.True(t, released.NextAttemptAt.Equal(released.At), "due at once")
+	require.Equal(t, b.store.Holder(), released.Holder)
+	require.Empty(t, h.Holder)
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
@@ -138,7 +139,7 @@ func (d *Desk) service(ctx context.Context, force bool) (*charges.Service, error
 			if err != nil {
 				return nil, fmt.Errorf("psp: %w", err)
 			}
-			if d.forced, err = charges.NewService(d.pool, d.keys, client, charges.Config{Logger: d.cfg.Logger}); err != nil {
+			if d.forced, err = charges.NewService(d.pool, d.keys, client, phases.Config{Logger: d.cfg.Logger}); err != nil {
 				return nil, err
 			}
 		}
@@ -161,7 +162,7 @@ func (d *Desk) service(ctx context.Context, force bool) (*charges.Service, error
 	if err != nil {
 		return nil, fmt.Errorf("psp: %w", err)
 	}
-	if d.resolver, err = charges.NewService(d.pool, d.keys, client, charges.Config{Logger: d.cfg.Logger}); err != nil {
+	if d.resolver, err = charges.NewService(d.pool, d.keys, client, phases.Config{Logger: d.cfg.Logger}); err != nil {
 		return nil, err
 	}
 	return d.resolver, nil

@@ -7,56 +7,26 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
-// next returns the index of the arrow that leaves point.
-func (op *Operation[S]) next(point idempotency.RecoveryPoint) (int, bool) {
-	if point == idempotency.PointStart {
-		return 0, true
-	}
-	for i, a := range op.Arrows {
-		if a.To == point {
-			return i + 1, i+1 < len(op.Arrows)
-		}
-	}
-	return 0, false
-}
-
-// group returns the arrows from Arrows[i] that commit in one transaction:
-// Arrows[i] and those after it up to the next foreign call, or Arrows[i]
-// alone when every arrow commits on its own. For the claim's transaction
-// (claim), no arrow with a call: the call must come after the claim commits.
-func (op *Operation[S]) group(i int, oneCommit, claim bool) []Arrow[S] {
-	if claim && (oneCommit || op.Arrows[0].Call != nil) {
-		return nil
-	}
-	j := i + 1
-	for !oneCommit && j < len(op.Arrows) && op.Arrows[j].Call == nil {
-		j++
-	}
-	return op.Arrows[i:j]
-}
-
 // drive advances a leased request from point to done, one transaction per
-// group of arrows.
+// step the operation declares (or per arrow, with OneCommitPerPhase).
 //
 // If the lease is lost on the way (a worker that stalled past its lease and
 // was taken over), drive answers only with what the key stores: the new
 // holder's response once it is done, else ErrInProgress. It never answers
 // from its own rolled-back work.
-func drive[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], point idempotency.RecoveryPoint) (idempotency.Response, error) {
+func drive[S any](ctx context.Context, e *Engine, op *registered[S], run *Run[S], point idempotency.RecoveryPoint) (idempotency.Response, error) {
 	lease := run.Lease
 	for point != idempotency.PointDone {
-		i, ok := op.next(point)
+		at, ok := after(op.steps, point)
 		if !ok {
 			return idempotency.Response{}, fmt.Errorf("resume %q: unknown recovery point %q", lease.Record.Key, point)
 		}
-		err := step(ctx, e, op, run, i, &point)
+		err := advance(ctx, e, op, run, at, &point)
 		switch {
 		case errors.Is(err, idempotency.ErrLeaseLost):
 			return e.afterLeaseLost(ctx, lease)
@@ -73,10 +43,10 @@ func drive[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S],
 			return idempotency.Response{}, err
 		}
 	}
-	if run.response == nil {
+	if run.done == nil {
 		return idempotency.Response{}, fmt.Errorf("resume %q: done without an answer", lease.Record.Key)
 	}
-	return *run.response, nil
+	return *run.done, nil
 }
 
 // released is the end of a run at its recovery point with the lease
@@ -86,66 +56,100 @@ type released struct{ err error }
 
 func (r released) Error() string { return r.err.Error() }
 
-// step runs the group of arrows from Arrows[i]: the foreign call of the
-// first, if it has one, then their commits in one transaction. It moves
-// *point to what committed.
-func step[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], i int, point *idempotency.RecoveryPoint) error {
-	group := op.group(i, e.cfg.OneCommitPerPhase, false)
-	if first := group[0]; first.Call != nil {
-		// The foreign call. What happens next is decided by the answer's
-		// class alone (psp.Classify), the same whether the api or the
-		// reaper drives the key:
-		//   success, final failure → committed by the arrow
-		//   busy, unknown          → released, next attempt on the schedule
-		// An object made in this very run cannot have reached the PSP
-		// yet; any other is looked up by reference before anything is sent
-		// (the PSP may have acted on a request whose answer was lost, and
-		// may have forgotten its key since).
-		run.Fresh = run.loaded
-		if !run.loaded {
-			obj, err := op.Load(ctx, e.pool, run.Lease)
-			if err != nil {
-				return err
-			}
-			run.Object, run.loaded = obj, true
-		}
-		out, err := e.call(ctx, run.Lease, func(ctx context.Context) (psp.Outcome, error) { return first.Call(ctx, run) })
-		if out.Class == psp.ClassBusy || out.Class == psp.ClassUnknown {
-			return released{e.release(ctx, run.Lease, cmp.Or(run.ObjectID, run.Lease.Record.ObjectID),
-				withReason(pspReason(out, err), err), out.RetryAfter)}
-		}
-		if err := e.crash(ctx, CrashAfterPSPCall); err != nil {
+// advance runs one transaction from the arrow at: the step's foreign call
+// first when the arrow is the step's first, then the arrows from at to the
+// step's end (or at alone, with OneCommitPerPhase) in one transaction. It
+// moves *point to what committed.
+func advance[S any](ctx context.Context, e *Engine, op *registered[S], run *Run[S], at position, point *idempotency.RecoveryPoint) error {
+	s := op.steps[at.step]
+	arrows := s.Arrows[at.arrow:]
+	if e.cfg.OneCommitPerPhase {
+		arrows = arrows[:1]
+	}
+	withCall := at.arrow == 0 && s.Call != nil
+	if withCall {
+		out, err := call(ctx, e, op, run, s.Call)
+		if err != nil {
 			return err
 		}
 		run.Outcome = out
 	}
 	from := *point
-	reached, err := commitTx(ctx, e, op, run, group, from)
+	end, err := commitTx(ctx, e, op, run, arrows, from, at == position{}, withCall)
 	if err != nil {
 		return err
 	}
-	*point = reached
-	if run.again {
-		// Committed at the same point (Run.Again): round the arrow again.
-		run.again = false
+	switch {
+	case end.again:
+		// Committed at the same point (Again): round the step again.
 		return e.crash(ctx, CrashAfter(from))
+	case end.response != nil:
+		*point, run.done = idempotency.PointDone, end.response
+	default:
+		*point = end.reached
 	}
-	if group[0].To == idempotency.PointDone {
+	if arrows[0].To == idempotency.PointDone {
 		return nil
 	}
-	return e.crash(ctx, CrashAfter(group[0].To))
+	return e.crash(ctx, CrashAfter(arrows[0].To))
 }
 
-// commitTx commits group in a transaction of its own, loading the run's
+// call makes a step's foreign call. What happens next is decided by the
+// answer's class alone (psp.Classify), the same whether the api or the
+// reaper drives the key:
+//
+//	success, final failure → committed by the step's arrows
+//	busy, unknown          → released, next attempt on the schedule
+//
+// An object made in this very run cannot have reached the PSP yet (Fresh);
+// any other is looked up by reference before anything is sent (the PSP may
+// have acted on a request whose answer was lost, and may have forgotten its
+// key since).
+func call[S any](ctx context.Context, e *Engine, op *registered[S], run *Run[S], fn func(context.Context, *Run[S]) (psp.Outcome, error)) (psp.Outcome, error) {
+	run.Fresh = run.loaded
+	if !run.loaded {
+		obj, err := op.Load(ctx, e.pool, run.Lease)
+		if err != nil {
+			return psp.Outcome{}, err
+		}
+		run.Object, run.loaded = obj, true
+	}
+	out, err := e.call(ctx, run.Lease, func(ctx context.Context) (psp.Outcome, error) { return fn(ctx, run) })
+	if errors.Is(err, idempotency.ErrLeaseLost) {
+		// The heartbeat found the lease taken over during the call, and
+		// stopped it: whatever the PSP answered is the new holder's to
+		// find out (by reference), not this run's to record.
+		return out, err
+	}
+	if out.Class == psp.ClassBusy || out.Class == psp.ClassUnknown {
+		return out, released{e.release(ctx, run.Lease, cmp.Or(run.ObjectID, run.Lease.Record.ObjectID),
+			withReason(pspReason(out, err), err), out.RetryAfter)}
+	}
+	if err := e.crash(ctx, CrashAfterPSPCall); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// groupEnd is how a transaction's arrows ended: at reached, with a
+// response stored (the key is done), or round again (Again).
+type groupEnd struct {
+	reached  idempotency.RecoveryPoint
+	response *idempotency.Response
+	again    bool
+}
+
+// commitTx commits arrows in a transaction of their own, loading the run's
 // object in it first if the run has none in hand. The transaction is
-// pipelined (pipeTx): a run that has its object in hand sends the fence,
-// the arrows' writes, Finish and the commit in one exchange, or in as many
-// as the arrows' reads need.
-func commitTx[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], group []Arrow[S], from idempotency.RecoveryPoint) (reached idempotency.RecoveryPoint, err error) {
-	err = inPipeTx(ctx, e.pool, func(tx *pipeTx) error {
-		first := group[0].To == op.Arrows[0].To
+// pipelined (Tx): a run that has its object in hand sends the fence, the
+// arrows' writes, the finish and the commit in one exchange, or in as many
+// as the arrows' reads need. first says the arrows start at the
+// operation's first arrow; canAgain that they follow a foreign call.
+func commitTx[S any](ctx context.Context, e *Engine, op *registered[S], run *Run[S], arrows []Arrow[S], from idempotency.RecoveryPoint, first, canAgain bool) (end groupEnd, err error) {
+	err = inPipeTx(ctx, e.pool, func(tx *Tx) error {
 		if first && run.ObjectID == "" && op.ObjectID != nil {
-			// A one-commit claim recorded no object: the first arrow names it.
+			// A claim that committed alone recorded no object: the
+			// first arrow names it.
 			run.ObjectID = op.ObjectID(run.Request())
 		}
 		if !run.loaded && !first {
@@ -155,35 +159,64 @@ func commitTx[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[
 			}
 			run.Object, run.loaded = obj, true
 		}
-		reached, err = commitArrows(ctx, e, tx, run, group, true, first, nil)
-		if err == nil && run.again {
-			// Run.Again: the key stays where it was, fenced all the same
-			// (an Advance to the group's last point may have run first).
-			if group[0].Call == nil {
-				return fmt.Errorf("key %q: Again from an arrow without a call", run.Lease.Record.Key)
-			}
-			reached, err = from, run.Lease.Advance(ctx, tx, from)
+		mode := arrowsFenced
+		if first {
+			mode |= arrowsSetObject
 		}
-		return err
+		if canAgain {
+			mode |= arrowsAfterCall
+		}
+		var err error
+		if end, err = commitArrows(ctx, e, tx, run, arrows, mode, nil); err != nil {
+			return err
+		}
+		if end.again {
+			// The key stays where it was, fenced all the same (an
+			// Advance to the arrows' last point went first).
+			return run.Lease.Advance(ctx, tx, from)
+		}
+		return nil
 	})
-	return reached, err
+	if Committed(err) {
+		// What committed stands; what a queued row was to fill in of the
+		// object is read again before it is used.
+		e.log.WarnContext(ctx, "transaction committed, but reading part of its answer failed",
+			"key", run.Lease.Record.Key, "error", err.Error())
+		run.loaded = false
+		return end, nil
+	}
+	return end, err
 }
 
-// commitArrows writes group's arrows inside tx. fence makes the first
-// arrow record the group's last recovery point with Lease.Advance before
-// any effect, and setObject records the key's object too; the claim's
-// transaction passes false for both, its new key row recording them
-// itself. A group that reaches done needs no Advance: Lease.Finish, in the
-// same transaction, is fenced, and nothing commits unless it matches.
+// arrowMode says how commitArrows writes a transaction's arrows.
+type arrowMode int
+
+const (
+	// arrowsInClaim: the claim's transaction; its new key row records the
+	// point and the object, so the arrows write no fence of their own.
+	arrowsInClaim arrowMode = 0
+	// arrowsFenced: the first arrow records the transaction's last
+	// recovery point with Lease.Advance before any effect, fenced.
+	arrowsFenced arrowMode = 1 << iota
+	// arrowsSetObject: the key's object is recorded too.
+	arrowsSetObject
+	// arrowsAfterCall: the first arrow follows a foreign call, and may
+	// return Again.
+	arrowsAfterCall
+)
+
+// commitArrows writes arrows inside tx, in order, as mode says. A group
+// that reaches done needs no Advance: Lease.Finish, in the same
+// transaction, is fenced, and nothing commits unless it matches.
 //
 // later, if set, collects the arrows' runs instead of recording their spans
 // and metrics now (the claim's transaction, see arrowRun).
-func commitArrows[S any](ctx context.Context, e *Engine, tx pgx.Tx, run *Run[S], group []Arrow[S], fence, setObject bool, later *[]arrowRun) (idempotency.RecoveryPoint, error) {
-	if len(group) == 0 {
-		return "", nil
+func commitArrows[S any](ctx context.Context, e *Engine, tx *Tx, run *Run[S], arrows []Arrow[S], mode arrowMode, later *[]arrowRun) (groupEnd, error) {
+	if len(arrows) == 0 {
+		return groupEnd{}, nil
 	}
 	lease := run.Lease
-	last := group[len(group)-1].To
+	last := arrows[len(arrows)-1].To
 	traced := func(to idempotency.RecoveryPoint, fn func(context.Context) error) error {
 		if later == nil {
 			return e.arrow(ctx, lease, to, fn)
@@ -193,136 +226,49 @@ func commitArrows[S any](ctx context.Context, e *Engine, tx pgx.Tx, run *Run[S],
 		*later = append(*later, r)
 		return r.err
 	}
-	for k, a := range group {
+	for k, a := range arrows {
+		var t Transition
 		err := traced(a.To, func(ctx context.Context) error {
-			if k == 0 && fence && last != idempotency.PointDone {
+			if k == 0 && mode&arrowsFenced != 0 && last != idempotency.PointDone {
 				if err := lease.Advance(ctx, tx, last); err != nil {
 					return err
 				}
 			}
-			if k == 0 && setObject {
+			if k == 0 && mode&arrowsSetObject != 0 {
 				if err := lease.SetObject(ctx, tx, run.ObjectID); err != nil {
 					return err
 				}
 			}
-			if err := a.Commit(ctx, tx, run); err != nil {
+			var err error
+			if t, err = a.Commit(ctx, tx, run); err != nil {
 				return err
 			}
 			run.loaded = true
-			switch {
-			case run.again:
-				return nil
-			case run.response != nil:
-				return lease.Finish(ctx, tx, *run.response)
-			case a.To == idempotency.PointDone:
-				return fmt.Errorf("key %q: the arrow to done gave no answer", lease.Record.Key)
+			switch t.kind {
+			case next:
+				if a.To == idempotency.PointDone {
+					return fmt.Errorf("key %q: the arrow to done must Respond, not go on", lease.Record.Key)
+				}
+			case respond:
+				return lease.Finish(ctx, tx, t.response)
+			case again:
+				if k != 0 || mode&arrowsAfterCall == 0 {
+					return fmt.Errorf("key %q: Again from the arrow to %s, which does not follow a foreign call", lease.Record.Key, a.To)
+				}
+			default:
+				return fmt.Errorf("key %q: the arrow to %s returned no transition", lease.Record.Key, a.To)
 			}
 			return nil
 		})
 		if err != nil {
-			run.response, run.again = nil, false
-			return "", err
+			return groupEnd{}, err
 		}
-		if run.again {
-			return "", nil // commitTx fences the point the run stays at
+		switch t.kind {
+		case respond:
+			return groupEnd{reached: idempotency.PointDone, response: &t.response}, nil
+		case again:
+			return groupEnd{again: true}, nil
 		}
-		if run.response != nil {
-			return idempotency.PointDone, nil
-		}
 	}
-	return last, nil
-}
-
-// call makes an arrow's foreign call. A heartbeat keeps the lease while the
-// call is slow, and is stopped before this returns, so that it can never
-// renew a lease the caller then releases. The call is noted for the
-// request's timeline, written with the holder's next statement.
-func (e *Engine) call(ctx context.Context, lease *idempotency.Lease, fn func(context.Context) (psp.Outcome, error)) (psp.Outcome, error) {
-	hbCtx, stop := context.WithCancel(ctx)
-	beat := make(chan struct{})
-	go func() {
-		defer close(beat)
-		lease.Heartbeat(hbCtx, e.pool, func(error) {})
-	}()
-	defer func() { stop(); <-beat }()
-	start := time.Now()
-	out, err := fn(ctx)
-	e.recordPSP(ctx, start, out)
-	notePSPCall(lease, out, time.Since(start))
-	return out, err
-}
-
-// release ends an attempt whose PSP outcome is unknown (or busy) at its
-// recovery point: the lease is given up and the next attempt scheduled, no
-// sooner than notBefore (a busy PSP's Retry-After), or the key is handed to
-// an operator once it is past GIVE_UP_AFTER. It runs even if the request's
-// context ended: a lease left held would make every retry wait out the
-// lease.
-func (e *Engine) release(ctx context.Context, lease *idempotency.Lease, objectID string, cause error, notBefore time.Duration) error {
-	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	rel, err := lease.Release(relCtx, e.pool, cause, notBefore)
-	if err != nil && !errors.Is(err, idempotency.ErrLeaseLost) {
-		if dbstate.Unavailable(err) {
-			e.releaseLater(lease, cause)
-		}
-		return errors.Join(cause, err)
-	}
-	if rel.NeedsAttention {
-		return fmt.Errorf("%w: %w", idempotency.ErrUnresolved, cause)
-	}
-	if errors.Is(cause, psp.ErrUnavailable) || errors.Is(cause, psp.ErrBusy) {
-		return &UnavailableError{ObjectID: objectID, RetryAfter: rel.RetryAfter, Cause: cause}
-	}
-	return cause
-}
-
-// releaseLater releases the lease of a run the database failed under, once
-// the database answers again, retrying in the background with a growing
-// pause. It gives up when the lease would have run out by itself anyway, or
-// when the release finds the lease gone (the run's last commit did land,
-// or someone took the key over). The key stays at its last committed
-// recovery point: the PSP's answer, if one was lost with the database, is
-// found again by the lookup by reference that precedes any resend under the
-// same PSP key. Wait waits for these to end.
-func (e *Engine) releaseLater(lease *idempotency.Lease, cause error) {
-	giveUp := time.Now().Add(e.keys.Lease())
-	cause = withReason(reasonDatabaseUnavailable, cause)
-	e.background.Go(func() {
-		pause := 100 * time.Millisecond
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, err := lease.Release(ctx, e.pool, cause, 0)
-			cancel()
-			switch {
-			case err == nil:
-				e.log.Info("released the lease of a run the database failed under", "key", lease.Record.Key)
-				return
-			case errors.Is(err, idempotency.ErrLeaseLost):
-				return
-			case !dbstate.Unavailable(err) || time.Now().Add(pause).After(giveUp):
-				e.log.Warn("could not release the lease of a run the database failed under; it runs out by itself",
-					"key", lease.Record.Key, "error", err.Error())
-				return
-			}
-			time.Sleep(pause)
-			pause = min(2*pause, 2*time.Second)
-		}
-	})
-}
-
-// afterLeaseLost answers a run whose lease was taken over: with the key's
-// stored response if the new holder finished, else ErrInProgress.
-func (e *Engine) afterLeaseLost(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error) {
-	rec, err := e.keys.Lookup(ctx, e.pool, lease.Record.TenantID, lease.Record.Key)
-	if err != nil {
-		return idempotency.Response{}, err
-	}
-	e.tel.countOutcome(ctx, "lease_lost")
-	e.log.WarnContext(ctx, "lease lost to a takeover", "key", lease.Record.Key, "lock_version", lease.Record.LockVersion,
-		"now_lock_version", rec.LockVersion)
-	if rec.State == idempotency.StateDone && rec.CreatedAt.Equal(lease.Record.CreatedAt) {
-		return *rec.Response, nil
-	}
-	return idempotency.Response{}, fmt.Errorf("key %q: %w", lease.Record.Key, idempotency.ErrInProgress)
+	return groupEnd{reached: last}, nil
 }

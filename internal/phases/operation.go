@@ -1,79 +1,71 @@
-// Package phases runs idempotent operations as atomic phases over
-// PostgreSQL: it owns everything a request with recovery points shares,
-// and knows nothing of what any operation does.
-//
-// An operation (an Operation value) names its path, its recovery points and
-// one small function per arrow between them. The Engine runs it:
-//
-//   - the claim, one exchange that also reads an existing key (a plain
-//     read first for a key this process has seen: keyHints; with DoRaw,
-//     before the request is parsed, which a retry with its first
-//     attempt's bytes never is), whose row answers a replay, a mismatch,
-//     an attempt not yet due and a request waiting for an operator;
-//     Decide, and the takeover of an abandoned key;
-//   - pipelined transactions (pipeline.go): a transaction's statements,
-//     BEGIN and COMMIT included, go out in one exchange with the database
-//     plus one per read it cannot go on without;
-//   - the arrows, each fenced by the key's lock_version (Lease.Advance, or
-//     Lease.Finish for the last), in a span named after the point it
-//     reaches; arrows with no foreign call between them share one
-//     transaction unless Config.OneCommitPerPhase, and the first of them
-//     share the claim's;
-//   - the foreign call of an arrow, outside any transaction, under a
-//     heartbeat-renewed lease; its outcome class (psp.Classify) decides:
-//     success and final failure go on to the arrow's commit, busy and
-//     unknown release the lease on the retry schedule;
-//   - finishing with a stored answer, releasing later when the database went
-//     away, answering a run whose lease was taken over from the key alone,
-//     and the crash hooks tests kill runs with.
-//
-// The reaper resumes any key through Engine.Resume, which finds the
-// operation by the key's request path (Register).
-//
-// The shape follows Kill Bill's payment automaton (states and transitions
-// declared once per operation, one runner for all; an unknown outcome is a
-// state the runner knows how to leave), DBOS steps (a recorded step is
-// skipped on recovery, not re-run) and River's worker registry (the runner
-// knows nothing of what a job does).
 package phases
 
 import (
 	"context"
+	"fmt"
 	"strings"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
-// Operation is one kind of idempotent request: a path and the arrows from
-// start to done. S is what its arrows work on (a charge, a refund): created
-// or loaded once per run and handed from arrow to arrow.
+// Operation is one kind of idempotent request: a stable name, a path, and
+// the arrows from start to done, grouped into the transactions that commit
+// them. S is what its arrows work on (a charge, a refund): created or
+// loaded once per run and handed from arrow to arrow.
+//
+// An operation's transactions are declared, not inferred: WithClaim holds
+// the arrows that commit in the claim's own transaction (before any
+// foreign call, so the claim and the first effects cost one commit), and
+// each Step is one transaction of its own, after its optional foreign call.
+// Reading the Operation value is reading when each recovery point commits.
 type Operation[S any] struct {
-	// Path is the request path keys of this operation are claimed under, a
-	// pattern whose {name} segments match any one segment
-	// ("/v1/charges/{id}/capture"). Resume finds the operation by it.
+	// Name identifies the operation for good ("charges.create"): it is
+	// stored on every key the operation claims, Resume finds the operation
+	// of a key by it, and it names the request's span. Never rename an
+	// operation whose keys may still be unfinished.
+	Name string
+	// ResumeSpan names the span of a run that took a key over
+	// ("charges.resume").
+	ResumeSpan string
+	// Path is the request path pattern keys of this operation are claimed
+	// under, whose {name} segments match any one segment
+	// ("/v1/charges/{id}/capture"); Segment reads them back from a stored
+	// request.
 	Path string
-	// Span names a new request's span ("charges.create"); ResumeSpan names
-	// the span of a run that took the key over ("charges.resume").
-	Span, ResumeSpan string
 	// Admit, if set, runs in the claim's transaction before the claim, for
 	// a new or unfinished key alike: an error rolls the claim back, so a
 	// request it turns away (an unknown charge, one whose authorization is
 	// not known yet) leaves no key behind and may be retried with the same
-	// key.
-	Admit func(ctx context.Context, tx pgx.Tx, tenantID int64, req idempotency.Canonical) error
+	// key. It reads; what it reads goes out with the claim.
+	Admit func(ctx context.Context, tx *Tx, tenantID int64, req idempotency.Canonical) error
 	// ObjectID returns the id of the object the request creates or acts on,
-	// recorded on the key with its first arrow (see Lease.SetObject): shown
-	// to a client told to wait, and what Load finds the object by.
+	// recorded on the key with its first arrow: shown to a client told to
+	// wait, and what Load finds the object by.
 	ObjectID func(req idempotency.Canonical) string
 	// Load reads the object of a run that resumes past start: the state its
 	// last committed arrow left.
 	Load func(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (S, error)
-	// Arrows lead from start to done, in order: Arrows[i] reaches
-	// Arrows[i].To from the point before it. The last reaches
-	// idempotency.PointDone, and its Commit calls Run.Finish.
+	// WithClaim are the arrows committed in the claim's transaction, in
+	// order: the claim's new key row records their last recovery point and
+	// the object, so they need no fence of their own. They cannot have a
+	// foreign call: the call must come after the claim commits.
+	WithClaim []Arrow[S]
+	// Steps are the transactions after the claim, in order.
+	Steps []Step[S]
+}
+
+// Step is one transaction of an operation: an optional foreign call, then
+// the arrows that commit together, fenced by the key's lock_version.
+type Step[S any] struct {
+	// Call, if set, is the foreign call made before the step's
+	// transaction, outside any transaction, under a heartbeat-renewed
+	// lease. Its outcome class decides what happens (psp.Classify):
+	// success and final failure go on to the arrows, where Run.Outcome
+	// holds it; busy and unknown end the run at the point before the step,
+	// with the lease released on the retry schedule.
+	Call func(ctx context.Context, run *Run[S]) (psp.Outcome, error)
+	// Arrows commit in the step's one transaction, in order.
 	Arrows []Arrow[S]
 }
 
@@ -81,26 +73,61 @@ type Operation[S any] struct {
 type Arrow[S any] struct {
 	// To is the recovery point the arrow commits.
 	To idempotency.RecoveryPoint
-	// Call, if set, is the foreign call made before the arrow's
-	// transaction, outside any transaction, under a heartbeat-renewed lease.
-	// Its outcome is Run.Outcome in Commit. A busy or unknown outcome ends
-	// the run at the point before the arrow, with the lease released on the
-	// retry schedule; Call never runs inside a transaction, so no arrow
-	// shares one with the arrow before a call.
-	Call func(ctx context.Context, run *Run[S]) (psp.Outcome, error)
-	// Commit writes the arrow's effects inside tx, which the engine has
-	// fenced (or will fence before it commits) and commits with the new
-	// recovery point. A status change's event belongs here, in the same tx.
-	// Commit may end the request early with Run.Finish: an answer decided
-	// here (a request the object's state does not allow) is stored for
-	// replay in this same transaction.
-	//
-	// tx is pipelined (see pipeTx): its Exec is queued and answers an
-	// empty CommandTag, its errors surfacing at the next exchange, so a
-	// check that needs a statement's result reads it (QueryRow) or makes
-	// the statement fail; and what Exec's arguments point to must not
-	// change before the commit.
-	Commit func(ctx context.Context, tx pgx.Tx, run *Run[S]) error
+	// Commit writes the arrow's effects in tx, which the engine fences and
+	// commits with the new recovery point, and says what comes next: Next
+	// (go on), Respond (the request ends with this answer, stored in this
+	// same transaction) or Again (go round the step's foreign call once
+	// more). A status change's event belongs here, in the same tx.
+	Commit func(ctx context.Context, tx *Tx, run *Run[S]) (Transition, error)
+}
+
+// Transition is what an arrow's Commit decided. The zero Transition is
+// not one: a Commit that returns it fails the run, so that none can leave
+// its decision unsaid.
+type Transition struct {
+	kind     transitionKind
+	response idempotency.Response
+}
+
+type transitionKind int
+
+const (
+	unsaid transitionKind = iota
+	next
+	respond
+	again
+)
+
+// Next: the arrow's effects commit with its recovery point, and the run
+// goes on to the next arrow. The arrow to done cannot return it.
+func Next() Transition { return Transition{kind: next} }
+
+// Respond ends the request with resp, stored for replay in the transaction
+// of the calling Commit (the key is done): the last arrow's answer, or an
+// answer decided early (a request the object's state does not allow).
+func Respond(resp idempotency.Response) Transition {
+	return Transition{kind: respond, response: resp}
+}
+
+// Again, from the first arrow of a step with a foreign call, keeps the key
+// at the recovery point before the step and makes the step's call again:
+// the transaction commits the arrow's effects, fenced, without moving the
+// key (the arrows after it do not run). It is how a charge moves to its
+// next PSP after a refusal: the refusal and the new attempt are recorded
+// together before anything is sent to the new PSP. The next call is Fresh:
+// this very run committed the point it starts from.
+func Again() Transition { return Transition{kind: again} }
+
+func (t Transition) String() string {
+	switch t.kind {
+	case next:
+		return "next"
+	case respond:
+		return "respond"
+	case again:
+		return "again"
+	}
+	return "unsaid"
 }
 
 // Run is one run of an operation on one key: what its arrows share.
@@ -117,49 +144,84 @@ type Run[S any] struct {
 	// it: nothing can have been sent to the PSP yet, so the call skips the
 	// lookup that precedes a resend (psp FirstSend).
 	Fresh bool
-	// Outcome is the answer of the arrow's Call, in its Commit.
+	// Outcome is the answer of the step's Call, in its arrows' Commits.
 	Outcome psp.Outcome
 
-	loaded   bool
-	again    bool
-	response *idempotency.Response
+	loaded bool
+	done   *idempotency.Response // the answer stored, once an arrow responded
 }
 
 // Request is the stored request the run executes.
 func (r *Run[S]) Request() idempotency.Canonical { return r.Lease.Record.Request }
 
-// Finish ends the request with resp, stored for replay in the transaction
-// of the calling Commit.
-func (r *Run[S]) Finish(resp idempotency.Response) { r.response = &resp }
+// step is a Step as the engine runs it; the arrows of WithClaim are step 0,
+// marked withClaim.
+type step[S any] struct {
+	Step[S]
+	withClaim bool
+}
 
-// Again, called by the Commit of an arrow with a Call, keeps the run at the
-// recovery point before the arrow and makes the arrow's Call again: the
-// transaction commits the Commit's effects, fenced, without moving the key
-// (the arrows after it in the group do not run). It is how a charge moves
-// to its next PSP after a refusal: the refusal and the new attempt are
-// recorded together before anything is sent to the new PSP. The next Call
-// is Fresh: this very run committed the point it starts from.
-func (r *Run[S]) Again() { r.again = true }
+// position is where an arrow sits: its step, and its index in the step.
+type position struct{ step, arrow int }
 
-// match reports whether path matches pattern, {name} segments matching any
-// one non-empty segment.
-func match(pattern, path string) bool {
-	ps, xs := strings.Split(pattern, "/"), strings.Split(path, "/")
-	if len(ps) != len(xs) {
-		return false
+// compile checks op and lays out its steps: WithClaim first (if any), then
+// Steps. A mistake is a programming error found when the operation is
+// registered.
+func (op *Operation[S]) compile() ([]step[S], error) {
+	var steps []step[S]
+	if len(op.WithClaim) > 0 {
+		steps = append(steps, step[S]{Step: Step[S]{Arrows: op.WithClaim}, withClaim: true})
 	}
-	for i, p := range ps {
-		if strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}") {
-			if xs[i] == "" {
-				return false
+	for _, s := range op.Steps {
+		steps = append(steps, step[S]{Step: s})
+	}
+	switch {
+	case op.Name == "" || strings.TrimSpace(op.Name) != op.Name:
+		return nil, fmt.Errorf("an operation needs a name")
+	case op.Load == nil:
+		return nil, fmt.Errorf("%s: Load is required", op.Name)
+	case len(steps) == 0:
+		return nil, fmt.Errorf("%s: no arrows", op.Name)
+	}
+	seen := map[idempotency.RecoveryPoint]bool{idempotency.PointStart: true}
+	for i, s := range steps {
+		if len(s.Arrows) == 0 {
+			return nil, fmt.Errorf("%s: step %d has no arrows", op.Name, i)
+		}
+		for j, a := range s.Arrows {
+			last := i == len(steps)-1 && j == len(s.Arrows)-1
+			switch {
+			case a.Commit == nil:
+				return nil, fmt.Errorf("%s: the arrow to %s has no Commit", op.Name, a.To)
+			case seen[a.To]:
+				return nil, fmt.Errorf("%s: recovery point %s reached twice (or start)", op.Name, a.To)
+			case (a.To == idempotency.PointDone) != last:
+				return nil, fmt.Errorf("%s: the last arrow, and only it, must reach done", op.Name)
 			}
-			continue
-		}
-		if p != xs[i] {
-			return false
+			seen[a.To] = true
 		}
 	}
-	return true
+	return steps, nil
+}
+
+// after returns the position of the arrow that leaves point: the first
+// arrow for start, else the arrow after the one that reached point.
+func after[S any](steps []step[S], point idempotency.RecoveryPoint) (position, bool) {
+	if point == idempotency.PointStart {
+		return position{}, true
+	}
+	for i, s := range steps {
+		for j, a := range s.Arrows {
+			if a.To != point {
+				continue
+			}
+			if j+1 < len(s.Arrows) {
+				return position{i, j + 1}, true
+			}
+			return position{i + 1, 0}, i+1 < len(steps)
+		}
+	}
+	return position{}, false
 }
 
 // Segment returns the segment of path that pattern's {name} matches, or "".

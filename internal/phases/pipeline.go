@@ -20,20 +20,19 @@ import (
 // A transaction run the plain way costs one exchange with the database per
 // statement, plus one for BEGIN and one for COMMIT: a new charge used to
 // cost about ten, each a wait on the network and a wake-up of both sides.
-// pipeTx, the pgx.Tx the engine hands to an operation, holds statements
+// pipeTx, behind the Tx the engine hands to an operation, holds statements
 // back and sends them together, BEGIN and COMMIT included, so that a
 // transaction costs as many exchanges as it has results it needs before
 // it can go on, plus one:
 //
-//   - Exec is queued and answers an empty CommandTag: its error, if any,
-//     surfaces at the next exchange. A check that needs a result is made by
-//     the statement itself, which fails (the fences of
-//     idempotency.Lease, migrations/00013).
-//   - QueueRow (idempotency.Queuer) is queued too; its row is handed to a
+//   - queue (Tx.Queue, Tx.QueueRow) holds a statement back; its error, if
+//     any, surfaces at the next exchange. A check that needs a result is
+//     made by the statement itself, which fails (the fences of
+//     idempotency.Lease, migrations/00013). A queued row is handed to its
 //     callback when the exchange that carries it is read.
-//   - Query, QueryRow and SendBatch need their answer now: they send what
-//     is queued, with a BEGIN before it if none was sent yet, and their own
-//     statements, in one exchange.
+//   - Query, QueryRow and exec need their answer now: they send what is
+//     queued, with a BEGIN before it if none was sent yet, and their own
+//     statement, in one exchange.
 //   - Commit sends what is left and the COMMIT in one exchange. If nothing
 //     was sent before, it sends no BEGIN and no COMMIT at all: the queued
 //     statements go out as one pipeline closed by one Sync, which
@@ -43,6 +42,12 @@ import (
 //     failure. This is what makes a replay cost one round trip: its claim
 //     fails (the key exists), and the lookup queued before it, whose answer
 //     was read before the failure, has what the client gets.
+//
+// A statement's failure and a callback's are told apart: the first aborts
+// the transaction (nothing commits), the second is the reader's own
+// mistake about a statement that succeeded, so once the exchange that
+// committed has been read Commit reports it as a *CallbackError, never as
+// a failure to commit.
 //
 // The durable commits are the same as before: the statements that commit
 // together are the same, only how they travel changed.
@@ -64,18 +69,14 @@ type pipeTx struct {
 type queued struct {
 	sql  string
 	args []any
-	scan func(pgx.Row) error // nil for an Exec
+	scan func(pgx.Row) error // nil for a write
 }
 
-var _ pgx.Tx = (*pipeTx)(nil)
-var _ idempotency.Queuer = (*pipeTx)(nil)
-
-// errNested: operations get one transaction; savepoints are not pipelined.
-var errNested = errors.New("phases: nested transactions are not supported in a pipelined transaction")
+var _ idempotency.Queuer = (*Tx)(nil)
 
 // inPipeTx runs fn in a pipelined transaction on a connection of pool, and
 // commits it if fn returns nil, rolls it back otherwise (like pgx.BeginFunc).
-func inPipeTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *pipeTx) error) error {
+func inPipeTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *Tx) error) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -83,24 +84,15 @@ func inPipeTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *pipeTx) error
 	// A connection left inside a transaction (a lost exchange, say) is
 	// destroyed by Release rather than reused.
 	defer conn.Release()
-	tx := &pipeTx{conn: conn}
+	tx := &Tx{p: &pipeTx{conn: conn}}
 	if err := fn(tx); err != nil {
-		return errors.Join(err, tx.Rollback(ctx))
+		return errors.Join(err, tx.p.Rollback(ctx))
 	}
-	return tx.Commit(ctx)
+	return tx.p.Commit(ctx)
 }
 
-// Exec queues sql; its error surfaces at the next exchange.
-func (t *pipeTx) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := t.usable(); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	t.pending = append(t.pending, queued{sql: sql, args: args})
-	return pgconn.CommandTag{}, nil
-}
-
-// QueueRow queues sql; scan gets its row when the exchange is read.
-func (t *pipeTx) QueueRow(sql string, args []any, scan func(pgx.Row) error) {
+// queue holds sql back until the next exchange; scan, if set, gets its row.
+func (t *pipeTx) queue(sql string, args []any, scan func(pgx.Row) error) {
 	if t.usable() == nil {
 		t.pending = append(t.pending, queued{sql: sql, args: args, scan: scan})
 	}
@@ -119,8 +111,11 @@ func (t *pipeTx) usable() error {
 // send sends what is queued, then tail, in one exchange, with a BEGIN
 // first unless implicit (Commit's single exchange) or one went out
 // already, and reads the queued statements' results. The caller reads
-// tail's and closes the results.
-func (t *pipeTx) send(ctx context.Context, tail []queued, implicit bool) (pgx.BatchResults, error) {
+// tail's and closes the results. cbErr is the first error a queued row's
+// callback returned for a statement that succeeded: the exchange went on
+// (its results are read, and a COMMIT in tail still commits), and the
+// caller decides what the callback's failure means.
+func (t *pipeTx) send(ctx context.Context, tail []queued, implicit bool) (_ pgx.BatchResults, cbErr error, err error) {
 	b := &pgx.Batch{}
 	begin := !implicit && !t.open
 	if begin {
@@ -135,7 +130,7 @@ func (t *pipeTx) send(ctx context.Context, tail []queued, implicit bool) (pgx.Ba
 	if err := t.prepare(ctx, b); err != nil {
 		t.pending = nil
 		t.err = err
-		return nil, err
+		return nil, nil, err
 	}
 	pending := t.pending
 	t.pending = nil
@@ -143,21 +138,55 @@ func (t *pipeTx) send(ctx context.Context, tail []queued, implicit bool) (pgx.Ba
 	if begin {
 		t.open = true
 		if _, err := results.Exec(); err != nil {
-			return nil, t.fail(results, err)
+			return nil, nil, t.fail(results, err)
 		}
 	}
 	for _, q := range pending {
-		var err error
-		if q.scan != nil {
-			err = q.scan(results.QueryRow())
-		} else {
-			_, err = results.Exec()
+		if q.scan == nil {
+			if _, err := results.Exec(); err != nil {
+				return nil, nil, t.fail(results, err)
+			}
+			continue
 		}
-		if err != nil {
-			return nil, t.fail(results, err)
+		stmtErr, err := readRow(results, q.scan)
+		if stmtErr != nil {
+			return nil, nil, t.fail(results, stmtErr)
+		}
+		if err != nil && cbErr == nil {
+			cbErr = err
 		}
 	}
-	return results, nil
+	return results, cbErr, nil
+}
+
+// readRow hands a queued statement's row to scan, and tells the
+// statement's own failure (stmtErr: the database's) from scan's (cbErr: a
+// row that did not decode, or a check of the reader's). scan sees the
+// statement's error too, as pgx's QueryRow would show it.
+func readRow(results pgx.BatchResults, scan func(pgx.Row) error) (stmtErr, cbErr error) {
+	rows, err := results.Query()
+	if err != nil {
+		return err, nil
+	}
+	cbErr = scan(&queuedRow{rows: rows})
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err, nil
+	}
+	return nil, cbErr
+}
+
+// queuedRow is pgx's Row over a queued statement's rows.
+type queuedRow struct{ rows pgx.Rows }
+
+func (r *queuedRow) Scan(dest ...any) error {
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	return r.rows.Scan(dest...)
 }
 
 // prepare makes every statement of b a prepared statement of the
@@ -228,7 +257,7 @@ func (t *pipeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
-	results, err := t.send(ctx, []queued{{sql: sql, args: args}}, false)
+	results, err := t.sendOpen(ctx, queued{sql: sql, args: args})
 	if err != nil {
 		return nil, err
 	}
@@ -245,24 +274,47 @@ func (t *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 	return &pipeRow{rows: rows, err: err}
 }
 
-// SendBatch sends what is queued and b's statements in one exchange; the
-// caller reads b's results and closes them.
-func (t *pipeTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+// exec sends what is queued and sql in one exchange, and returns sql's
+// command tag.
+func (t *pipeTx) exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if err := t.usable(); err != nil {
-		return pgx.FailedBatchResults(b, err)
+		return pgconn.CommandTag{}, err
 	}
-	tail := make([]queued, len(b.QueuedQueries))
-	for i, q := range b.QueuedQueries {
-		tail[i] = queued{sql: q.SQL, args: q.Arguments}
-	}
-	results, err := t.send(ctx, tail, false)
+	results, err := t.sendOpen(ctx, queued{sql: sql, args: args})
 	if err != nil {
-		return pgx.FailedBatchResults(b, err)
+		return pgconn.CommandTag{}, err
 	}
-	return &pipeBatchResults{BatchResults: results, tx: t}
+	tag, err := results.Exec()
+	if err != nil {
+		return pgconn.CommandTag{}, t.fail(results, err)
+	}
+	if err := results.Close(); err != nil {
+		t.err = idempotency.TranslateError(err)
+		return pgconn.CommandTag{}, t.err
+	}
+	return tag, nil
+}
+
+// sendOpen sends what is queued and one statement of an open transaction
+// (Query, exec). A queued row's callback that failed aborts the
+// transaction, which has not committed: what the callback was to read is
+// not known, so nothing after it may rely on it.
+func (t *pipeTx) sendOpen(ctx context.Context, stmt queued) (pgx.BatchResults, error) {
+	results, cbErr, err := t.send(ctx, []queued{stmt}, false)
+	if err != nil {
+		return nil, err
+	}
+	if cbErr != nil {
+		_ = results.Close()
+		t.err = cbErr
+		return nil, cbErr
+	}
+	return results, nil
 }
 
 // Commit sends what is queued and the commit in one exchange (see pipeTx).
+// It returns nil or a *CallbackError when the transaction committed, and
+// any other error when it did not.
 func (t *pipeTx) Commit(ctx context.Context) error {
 	if t.closed {
 		return pgx.ErrTxClosed
@@ -275,13 +327,16 @@ func (t *pipeTx) Commit(ctx context.Context) error {
 		if len(t.pending) == 0 {
 			return nil
 		}
-		results, err := t.send(ctx, nil, true)
+		results, cbErr, err := t.send(ctx, nil, true)
 		if err != nil {
 			return err
 		}
-		return idempotency.TranslateError(results.Close())
+		if err := idempotency.TranslateError(results.Close()); err != nil {
+			return err
+		}
+		return committed(cbErr)
 	}
-	results, err := t.send(ctx, []queued{{sql: commitSQL}}, false)
+	results, cbErr, err := t.send(ctx, []queued{{sql: commitSQL}}, false)
 	if err != nil {
 		return errors.Join(err, t.Rollback(ctx))
 	}
@@ -298,7 +353,16 @@ func (t *pipeTx) Commit(ctx context.Context) error {
 		// failed in, after that statement's results were read.
 		return pgx.ErrTxCommitRollback
 	}
-	return nil
+	return committed(cbErr)
+}
+
+// committed is what Commit says of a transaction that committed: nil, or
+// the callback's failure as a *CallbackError.
+func committed(cbErr error) error {
+	if cbErr == nil {
+		return nil
+	}
+	return &CallbackError{Err: cbErr}
 }
 
 // Rollback ends the transaction without committing. It costs an exchange
@@ -313,47 +377,4 @@ func (t *pipeTx) Rollback(ctx context.Context) error {
 	}
 	_, err := t.conn.Exec(ctx, rollbackSQL)
 	return err
-}
-
-// Begin: see errNested.
-func (t *pipeTx) Begin(context.Context) (pgx.Tx, error) { return nil, errNested }
-
-// CopyFrom sends what is queued first.
-func (t *pipeTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
-	if err := t.flush(ctx); err != nil {
-		return 0, err
-	}
-	return t.conn.CopyFrom(ctx, table, cols, src)
-}
-
-// LargeObjects are not supported: phasepay stores none, and the zero
-// value returned fails on use.
-func (t *pipeTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
-
-// Prepare sends what is queued first.
-func (t *pipeTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if err := t.flush(ctx); err != nil {
-		return nil, err
-	}
-	return t.conn.Conn().Prepare(ctx, name, sql)
-}
-
-// Conn is the transaction's connection. Statements sent on it directly
-// overtake the queued ones: send them through the transaction.
-func (t *pipeTx) Conn() *pgx.Conn { return t.conn.Conn() }
-
-// flush sends what is queued, opening the transaction.
-func (t *pipeTx) flush(ctx context.Context) error {
-	if err := t.usable(); err != nil {
-		return err
-	}
-	results, err := t.send(ctx, nil, false)
-	if err != nil {
-		return err
-	}
-	if err := results.Close(); err != nil {
-		t.err = idempotency.TranslateError(err)
-		return t.err
-	}
-	return nil
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // The results pipeTx hands back for the statements whose answer is needed
-// at once: rows, a row, a batch's results. Each records the error its
+// at once: rows, a row. Each records the error its
 // results end with as the transaction's, so that the commit that follows
 // fails rather than committing what came before.
 
@@ -68,19 +68,4 @@ func (r *pipeRow) Scan(dest ...any) error {
 	}
 	r.rows.Close()
 	return r.rows.Err()
-}
-
-// pipeBatchResults records the error its results end with as the
-// transaction's.
-type pipeBatchResults struct {
-	pgx.BatchResults
-	tx *pipeTx
-}
-
-func (r *pipeBatchResults) Close() error {
-	err := idempotency.TranslateError(r.BatchResults.Close())
-	if err != nil && r.tx.err == nil {
-		r.tx.err = err
-	}
-	return err
 }

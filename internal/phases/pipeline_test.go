@@ -41,20 +41,18 @@ func TestPipelinedTransactionCommitsAllOrNothing(t *testing.T) {
 		{"explicit-fenced", true, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := inPipeTx(ctx, pool, func(tx *pipeTx) error {
-				_, err := tx.Exec(ctx, insertSQL, tc.name+"/1")
-				require.NoError(t, err)
+			err := inPipeTx(ctx, pool, func(tx *Tx) error {
+				tx.Queue(insertSQL, tc.name+"/1")
 				if tc.read {
 					var one int
 					require.NoError(t, tx.QueryRow(ctx, `SELECT 1`).Scan(&one))
-					require.True(t, tx.open)
+					require.True(t, tx.p.open)
 				}
 				if tc.fail {
-					_, err = tx.Exec(ctx, failSQL)
-					require.NoError(t, err) // queued: the error comes with the exchange
+					tx.Queue(failSQL) // queued: the error comes with the exchange
 				}
-				_, err = tx.Exec(ctx, insertSQL, tc.name+"/2")
-				return err
+				tx.Queue(insertSQL, tc.name+"/2")
+				return nil
 			})
 			if tc.fail {
 				require.ErrorIs(t, err, idempotency.ErrLeaseLost)
@@ -77,13 +75,11 @@ func TestPipelinedTransactionAbortsAfterAnError(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.New(t)
-	err := inPipeTx(ctx, pool, func(tx *pipeTx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO tenants (name) VALUES ('aborted')`)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, `SELECT phasepay_fence(0, 'test')`)
-		require.NoError(t, err)
+	err := inPipeTx(ctx, pool, func(tx *Tx) error {
+		tx.Queue(`INSERT INTO tenants (name) VALUES ('aborted')`)
+		tx.Queue(`SELECT phasepay_fence(0, 'test')`)
 		var one int
-		err = tx.QueryRow(ctx, `SELECT 1`).Scan(&one)
+		err := tx.QueryRow(ctx, `SELECT 1`).Scan(&one)
 		require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 		_, err = tx.Exec(ctx, `SELECT 1`)
 		require.ErrorIs(t, err, idempotency.ErrLeaseLost)
@@ -94,4 +90,79 @@ func TestPipelinedTransactionAbortsAfterAnError(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenants WHERE name = 'aborted'`).Scan(&n))
 	require.Zero(t, n)
 	require.False(t, errors.Is(err, pgx.ErrTxClosed))
+}
+
+// A queued row's reader that fails after the statement succeeded is the
+// reader's mistake, not the database's: once the exchange that committed
+// was read, Commit says the transaction committed (a *CallbackError),
+// never that it failed — a caller told "failed" would retry what is
+// already written. Before the commit, the same failure aborts the
+// transaction, so nothing relies on what could not be read.
+func TestCommittedTransactionIsReportedCommittedWhenAReaderFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	readerFails := errors.New("the reader's own mistake")
+	count := func(name string) int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenants WHERE name = $1`, name).Scan(&n))
+		return n
+	}
+	for _, tc := range []struct {
+		name          string
+		open          bool // a read first: the commit rides with a COMMIT of its own
+		readAfter     bool // a read after the failing reader, before the commit
+		wantCommitted bool
+	}{
+		{"implicit", false, false, true},
+		{"explicit", true, false, true},
+		{"read-after", false, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := inPipeTx(ctx, pool, func(tx *Tx) error {
+				if tc.open {
+					var one int
+					require.NoError(t, tx.QueryRow(ctx, `SELECT 1`).Scan(&one))
+				}
+				tx.QueueRow(`INSERT INTO tenants (name) VALUES ($1) RETURNING id`, []any{"cb-" + tc.name},
+					func(row pgx.Row) error {
+						var id int64
+						require.NoError(t, row.Scan(&id))
+						return readerFails
+					})
+				if tc.readAfter {
+					var one int
+					require.ErrorIs(t, tx.QueryRow(ctx, `SELECT 1`).Scan(&one), readerFails)
+				}
+				return nil
+			})
+			require.ErrorIs(t, err, readerFails)
+			require.Equal(t, tc.wantCommitted, Committed(err))
+			want := 0
+			if tc.wantCommitted {
+				want = 1
+			}
+			require.Equal(t, want, count("cb-"+tc.name))
+		})
+	}
+}
+
+// Exec on the engine's transaction runs its statement now and returns the
+// real command tag: a RowsAffected check reads what the database did, never
+// a silent zero.
+func TestExecReturnsItsRealCommandTag(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	err := inPipeTx(ctx, pool, func(tx *Tx) error {
+		tx.Queue(`INSERT INTO tenants (name) VALUES ('tag-1'), ('tag-2')`)
+		tag, err := tx.Exec(ctx, `UPDATE tenants SET name = name || '!' WHERE name LIKE 'tag-%'`)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, tag.RowsAffected())
+		return nil
+	})
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenants WHERE name LIKE 'tag-%!'`).Scan(&n))
+	require.Equal(t, 2, n)
 }

@@ -85,14 +85,14 @@ func (w *rawWorld) engine(t *testing.T, pool *pgxpool.Pool) (*Engine, *Operation
 	require.NoError(t, err)
 	t.Cleanup(e.Wait)
 	op := &Operation[struct{}]{
-		Path: pokePattern, Span: "things.poke", ResumeSpan: "things.poke.resume",
+		Name: "things.poke", ResumeSpan: "things.poke.resume", Path: pokePattern,
 		Load: func(context.Context, idempotency.DBTX, *idempotency.Lease) (struct{}, error) { return struct{}{}, nil },
-		Arrows: []Arrow[struct{}]{{To: idempotency.PointDone, Commit: func(_ context.Context, _ pgx.Tx, run *Run[struct{}]) error {
-			w.runs.Add(1)
-			id := Segment(pokePattern, run.Request().Path, "id")
-			run.Finish(idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{"poked":"` + id + `"}`)})
-			return nil
-		}}},
+		Steps: []Step[struct{}]{{Arrows: []Arrow[struct{}]{{To: idempotency.PointDone,
+			Commit: func(_ context.Context, _ *Tx, run *Run[struct{}]) (Transition, error) {
+				w.runs.Add(1)
+				id := Segment(pokePattern, run.Request().Path, "id")
+				return Respond(idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{"poked":"` + id + `"}`)}), nil
+			}}}}},
 	}
 	Register(e, op)
 	return e, op
@@ -128,30 +128,30 @@ func TestReplayOfTheSameBytesIsOneReadWithoutParsing(t *testing.T) {
 	w := setupRaw(t)
 	e, op := w.engine(t, w.pool(t, 0))
 
-	first, err := DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":1}`))
+	first, err := Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`)))
 	require.NoError(t, err)
 	require.Equal(t, OutcomeNew, first.Outcome)
 	require.EqualValues(t, 1, w.parses.Load())
 
 	var res Result
-	statements, parses := w.delta(func() { res, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":1}`)) })
+	statements, parses := w.delta(func() { res, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`))) })
 	require.NoError(t, err)
 	require.Equal(t, Result{Response: first.Response, Outcome: OutcomeReplay}, res)
 	require.EqualValues(t, 1, statements, "one read of the key")
 	require.Zero(t, parses, "the stored canonical bytes are not parsed again")
 
-	statements, parses = w.delta(func() { res, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", "{ \"n\": 1 }\n")) })
+	statements, parses = w.delta(func() { res, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", "{ \"n\": 1 }\n"))) })
 	require.NoError(t, err)
 	require.Equal(t, Result{Response: first.Response, Outcome: OutcomeReplay}, res, "re-encoded, the same request")
 	require.EqualValues(t, 1, statements, "the read made before parsing is the one decided on")
 	require.EqualValues(t, 1, parses)
 
-	statements, parses = w.delta(func() { _, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":2}`)) })
+	statements, parses = w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":2}`))) })
 	require.ErrorIs(t, err, idempotency.ErrMismatch)
 	require.EqualValues(t, 1, statements)
 	require.EqualValues(t, 1, parses)
 
-	statements, _ = w.delta(func() { _, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":0}`)) })
+	statements, _ = w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":0}`))) })
 	var perr *ParseError
 	require.ErrorAs(t, err, &perr, "an invalid body is refused whatever its key holds")
 	require.EqualValues(t, 1, statements, "and claims nothing")
@@ -167,9 +167,9 @@ func TestRawReplayOnAnotherPathIsAMismatch(t *testing.T) {
 	ctx := context.Background()
 	w := setupRaw(t)
 	e, op := w.engine(t, w.pool(t, 0))
-	_, err := DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":1}`))
+	_, err := Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`)))
 	require.NoError(t, err)
-	_, parses := w.delta(func() { _, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("b", `{"n":1}`)) })
+	_, parses := w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("b", `{"n":1}`))) })
 	require.ErrorIs(t, err, idempotency.ErrMismatch)
 	require.EqualValues(t, 1, parses, "not answered before parsing")
 	require.EqualValues(t, 1, w.runs.Load())
@@ -199,14 +199,14 @@ func TestSeenUnfinishedKeyBehavesAsBefore(t *testing.T) {
 	}
 
 	claimKey("held")
-	_, parses := w.delta(func() { _, err = DoRaw(ctx, e, op, w.tenant, "held", w.raw("a", `{"n":1}`)) })
+	_, parses := w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "held", AsSent(w.raw("a", `{"n":1}`))) })
 	require.ErrorIs(t, err, idempotency.ErrInProgress)
 	require.EqualValues(t, 1, parses, "the claim needs the parsed request")
 
 	lease := claimKey("released")
 	_, err = lease.Release(ctx, then, errors.New("psp unavailable"), 0)
 	require.NoError(t, err)
-	_, parses = w.delta(func() { _, err = DoRaw(ctx, e, op, w.tenant, "released", w.raw("a", `{"n":1}`)) })
+	_, parses = w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "released", AsSent(w.raw("a", `{"n":1}`))) })
 	var wait *idempotency.WaitError
 	require.ErrorAs(t, err, &wait)
 	require.Zero(t, parses)
@@ -214,7 +214,7 @@ func TestSeenUnfinishedKeyBehavesAsBefore(t *testing.T) {
 	later, laterOp := w.engine(t, w.pool(t, 2*time.Minute))
 	for _, key := range []string{"held", "released"} {
 		later.hints.add(w.tenant, key, time.Time{})
-		res, err := DoRaw(ctx, later, laterOp, w.tenant, key, w.raw("a", `{"n":1}`))
+		res, err := Do(ctx, later, laterOp, w.tenant, key, AsSent(w.raw("a", `{"n":1}`)))
 		require.NoError(t, err, key)
 		require.Equal(t, OutcomeTakeover, res.Outcome, key)
 		require.Equal(t, `{"poked":"a"}`, string(res.Response.Body))
@@ -231,7 +231,7 @@ func TestReplayReadsTheDayTheHintKnows(t *testing.T) {
 	ctx := context.Background()
 	w := setupRaw(t)
 	e, op := w.engine(t, w.pool(t, 0))
-	first, err := DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":1}`))
+	first, err := Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`)))
 	require.NoError(t, err)
 	today := w.t0.Truncate(24 * time.Hour)
 	d, ok := e.hints.seen(w.tenant, "k")
@@ -239,14 +239,14 @@ func TestReplayReadsTheDayTheHintKnows(t *testing.T) {
 	require.Equal(t, today, d, "the claim's day")
 
 	var res Result
-	statements, _ := w.delta(func() { res, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":1}`)) })
+	statements, _ := w.delta(func() { res, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`))) })
 	require.NoError(t, err)
 	require.Equal(t, Result{Response: first.Response, Outcome: OutcomeReplay}, res)
 	require.EqualValues(t, 1, statements)
 
 	for _, wrong := range []time.Time{today.AddDate(0, 0, -400), today.AddDate(0, 0, 1)} {
 		e.hints.add(w.tenant, "k", wrong)
-		statements, _ = w.delta(func() { res, err = DoRaw(ctx, e, op, w.tenant, "k", w.raw("a", `{"n":1}`)) })
+		statements, _ = w.delta(func() { res, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`))) })
 		require.NoError(t, err)
 		require.Equal(t, Result{Response: first.Response, Outcome: OutcomeReplay}, res)
 		require.EqualValues(t, 2, statements, "the wrong day, then the heads")

@@ -210,7 +210,7 @@ func linkTo(traceContext string) []trace.SpanStartOption {
 }
 
 // endSpan ends a request's span; a mismatch or a conflict is an answer the
-// key gave (an event), and an invalid request (DoRaw) the client's mistake,
+// key gave (an event), and an invalid request (AsSent) the client's mistake,
 // not a failure of the span.
 func endSpan(span trace.Span, err error) {
 	if err != nil && !errors.Is(err, idempotency.ErrMismatch) && !errors.Is(err, idempotency.ErrInProgress) &&

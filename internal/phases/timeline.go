@@ -31,11 +31,12 @@ func notePSPCall(lease *idempotency.Lease, out psp.Outcome, took time.Duration) 
 	lease.Note(e)
 }
 
-// The reasons of releases that are not the PSP's.
+// The reasons of releases that are not the PSP's (a run the database
+// failed under is given up with idempotency.Lease.Unlock, whose entry
+// says so itself).
 const (
-	reasonDatabaseUnavailable = "database unavailable"
-	reasonNoOperation         = "no operation for this request"
-	reasonCanceled            = "attempt canceled"
+	reasonNoOperation = "no operation for this request"
+	reasonCanceled    = "attempt canceled"
 )
 
 // pspReason says, in the stable words a tenant may read (last_error's

@@ -36,13 +36,12 @@ func TestReleaseReasonsAreStableWords(t *testing.T) {
 	for _, tt := range tests {
 		require.Equal(t, tt.want, pspReason(tt.out, tt.err), "%v", tt.err)
 	}
-	// A cause that has its reason keeps it: the PSP's, when the release
-	// that follows a PSP failure is retried after the database came back.
+	// A cause that has its reason keeps it.
 	cause := withReason("PSP answered 503", psp.ErrUnavailable)
-	require.Same(t, cause, withReason(reasonDatabaseUnavailable, cause))
+	require.Same(t, cause, withReason(reasonNoOperation, cause))
 	require.Equal(t, psp.ErrUnavailable.Error(), cause.Error(), "the raw cause's text is kept for last_error")
 	require.ErrorIs(t, cause, psp.ErrUnavailable)
 	var reasoned *idempotency.ReasonedError
-	require.ErrorAs(t, withReason(reasonDatabaseUnavailable, errors.New("conn closed")), &reasoned)
-	require.Equal(t, reasonDatabaseUnavailable, reasoned.Reason)
+	require.ErrorAs(t, withReason(reasonNoOperation, errors.New("no operation")), &reasoned)
+	require.Equal(t, reasonNoOperation, reasoned.Reason)
 }

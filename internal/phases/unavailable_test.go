@@ -28,10 +28,7 @@ func TestNoConnectionIsDatabaseUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(dead.Close)
 	e, op := w.engine(t, dead)
-	req, err := w.raw("a", `{"n":1}`).parse()
-	require.NoError(t, err)
-
-	_, err = Do(context.Background(), e, op, w.tenant, "no-connection", req)
+	_, err = Do(context.Background(), e, op, w.tenant, "no-connection", AsSent(w.raw("a", `{"n":1}`)))
 	require.Error(t, err)
 	require.True(t, dbstate.Unavailable(err), "%v", err)
 }

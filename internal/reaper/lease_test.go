@@ -14,8 +14,8 @@ import (
 
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/harness/testdb"
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
 )
@@ -61,7 +61,7 @@ func TestReaperLeasesOnlyWhatItDrives(t *testing.T) {
 	b := chargestest.Setup(t, idempotency.Config{Lease: time.Second, RetryBase: time.Minute})
 	const n = 20
 	for i := range n {
-		abandon(t, b, fmt.Sprintf("k%02d", i), false, charges.CrashAfterClaim)
+		abandon(t, b, fmt.Sprintf("k%02d", i), false, phases.CrashAfterClaim)
 	}
 	time.Sleep(1100 * time.Millisecond) // the abandoned leases run out (real clock from here on)
 
@@ -75,7 +75,7 @@ func TestReaperLeasesOnlyWhatItDrives(t *testing.T) {
 	defer cancel()
 	for range 2 {
 		pool := testdb.Pool(t, b.URL, time.Time{})
-		svc := chargestest.NewService(t, pool, b.Keys, client, charges.Config{})
+		svc := chargestest.NewService(t, pool, b.Keys, client, phases.Config{})
 		r, err := reaper.New(pool, b.Keys, svc, reaper.Config{BatchSize: n, Parallelism: 4})
 		require.NoError(t, err)
 		wg.Go(func() {

@@ -5,7 +5,7 @@
 //     UPDATE SKIP LOCKED, started keys whose lease expired and whose retry
 //     backoff is over, and drives each to done through the very state
 //     operation the API runs, through the phase engine (its Resume finds
-//     the operation by the key's request path), so the client's next retry
+//     the operation by the name the key's claim stored), so the client's next retry
 //     is a replay;
 //  2. maintenance (one reaper at a time, under an advisory lock): creates
 //     partitions ahead and drops whole partitions past retention.
@@ -98,7 +98,7 @@ type Reaper struct {
 }
 
 // Resumer drives a taken-over key to done through the operation its
-// request path names: a *phases.Engine, or a service that owns one
+// claim named (idempotency.Record.Operation): a *phases.Engine, or a service that owns one
 // (*charges.Service). A key no operation claims comes back released, with
 // phases.ErrNoOperation, so it is counted as stuck and visible, not held.
 type Resumer interface {
@@ -280,7 +280,7 @@ func (r *Reaper) driveOne(ctx context.Context, lease *idempotency.Lease, res *Pa
 		"response_status", resp.Status)
 }
 
-// resume drives one key through the operation its request path names.
+// resume drives one key through the operation its claim named.
 func (r *Reaper) resume(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*r.cfg.Lease)
 	defer cancel()

@@ -19,6 +19,7 @@ import (
 	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
 	"github.com/phasepay/phasepay/internal/timeline"
@@ -37,11 +38,11 @@ func setup(t *testing.T) *chargestest.Bundle {
 }
 
 // abandon makes an API worker die at the given point of key's request.
-func abandon(t *testing.T, b *chargestest.Bundle, key string, oneCommit bool, at charges.CrashPoint) {
+func abandon(t *testing.T, b *chargestest.Bundle, key string, oneCommit bool, at phases.CrashPoint) {
 	t.Helper()
-	req, params := chargestest.Request(t, fmt.Sprintf(`{"amount":%d,"currency":"usd","payment_method":"pm_card_visa"}`, 100+len(key)))
-	svc := b.Service(t, 0, charges.Config{OneCommitPerPhase: oneCommit, CrashHook: chargestest.CrashAt(at)})
-	_, err := svc.Create(context.Background(), b.Tenant, key, req, params)
+	req, _ := chargestest.Request(t, fmt.Sprintf(`{"amount":%d,"currency":"usd","payment_method":"pm_card_visa"}`, 100+len(key)))
+	svc := b.Service(t, 0, phases.Config{OneCommitPerPhase: oneCommit, CrashHook: chargestest.CrashAt(at)})
+	_, err := svc.Create(context.Background(), b.Tenant, key, charges.Parsed(req))
 	require.ErrorIs(t, err, chargestest.ErrCrash)
 }
 
@@ -49,7 +50,7 @@ func abandon(t *testing.T, b *chargestest.Bundle, key string, oneCommit bool, at
 func newReaper(t *testing.T, b *chargestest.Bundle, offset time.Duration) *reaper.Reaper {
 	t.Helper()
 	pool := testdb.Pool(t, b.URL, b.T0.Add(offset))
-	r, err := reaper.New(pool, b.Keys, chargestest.NewService(t, pool, b.Keys, b.PSP, charges.Config{}), reaper.Config{})
+	r, err := reaper.New(pool, b.Keys, chargestest.NewService(t, pool, b.Keys, b.PSP, phases.Config{}), reaper.Config{})
 	require.NoError(t, err)
 	return r
 }
@@ -71,13 +72,13 @@ func TestReaperCompletesAbandonedKeys(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		oneCommit bool
-		at        charges.CrashPoint
+		at        phases.CrashPoint
 	}{
-		{false, charges.CrashAfterClaim},
-		{false, charges.CrashAfterPSPCall},
-		{true, charges.CrashAfterClaim},
+		{false, phases.CrashAfterClaim},
+		{false, phases.CrashAfterPSPCall},
+		{true, phases.CrashAfterClaim},
 		{true, charges.CrashAfterChargeCreated},
-		{true, charges.CrashAfterPSPCall},
+		{true, phases.CrashAfterPSPCall},
 		{true, charges.CrashAfterPSPAuthorized},
 	}
 	for _, tt := range tests {
@@ -114,7 +115,7 @@ func TestSeveralReapersCompleteEachKeyOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	points := []charges.CrashPoint{charges.CrashAfterClaim, charges.CrashAfterPSPCall}
+	points := []phases.CrashPoint{phases.CrashAfterClaim, phases.CrashAfterPSPCall}
 	const n = 40
 	for i := range n {
 		abandon(t, b, fmt.Sprintf("k%02d", i), false, points[i%2])
@@ -153,7 +154,7 @@ func TestReaperBacksOffWhilePSPFails(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	abandon(t, b, "k", false, charges.CrashAfterClaim)
+	abandon(t, b, "k", false, phases.CrashAfterClaim)
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
 
 	later := b.Keys.Lease() + time.Second
@@ -189,14 +190,14 @@ func TestPSPOutageIsNotCountedAsStuck(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	abandon(t, b, "k", false, charges.CrashAfterClaim)
+	abandon(t, b, "k", false, phases.CrashAfterClaim)
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
 
 	reader := sdkmetric.NewManualReader()
 	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
 	at := func(offset time.Duration) *reaper.Reaper {
 		pool := testdb.Pool(t, b.URL, b.T0.Add(offset))
-		r, err := reaper.New(pool, b.Keys, chargestest.NewService(t, pool, b.Keys, b.PSP, charges.Config{}),
+		r, err := reaper.New(pool, b.Keys, chargestest.NewService(t, pool, b.Keys, b.PSP, phases.Config{}),
 			reaper.Config{OverdueAfter: 10 * time.Second, Meter: meter})
 		require.NoError(t, err)
 		return r
@@ -321,13 +322,13 @@ func TestTimelineShowsTheReapersTakeover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	abandon(t, b, "taken", false, charges.CrashAfterClaim)
+	abandon(t, b, "taken", false, phases.CrashAfterClaim)
 
 	keys, err := idempotency.NewStore(idempotency.Config{Lease: b.Keys.Lease(), Role: idempotency.RoleReaper})
 	require.NoError(t, err)
 	var logs bytes.Buffer
 	pool := testdb.Pool(t, b.URL, b.T0.Add(b.Keys.Lease()+time.Second))
-	r, err := reaper.New(pool, keys, chargestest.NewService(t, pool, keys, b.PSP, charges.Config{}),
+	r, err := reaper.New(pool, keys, chargestest.NewService(t, pool, keys, b.PSP, phases.Config{}),
 		reaper.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	require.NoError(t, err)
 	res, err := r.RunOnce(ctx)

@@ -1,0 +1,219 @@
+package phases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/phasepay/phasepay/internal/dbstate"
+	"github.com/phasepay/phasepay/internal/idempotency"
+)
+
+// Do runs one request of op (registered on e) under the key (tenantID,
+// key): claim → answer an existing key → drive a new one, behind the fast
+// paths that answer a probable retry from one read.
+//
+// It returns the final response (new or replayed), or an error:
+// idempotency.ErrMismatch, idempotency.ErrInProgress, *idempotency.WaitError,
+// idempotency.ErrUnresolved, ErrPSPUnavailable (*UnavailableError),
+// *ParseError (a request as it came that does not parse), what op.Admit
+// returned, or an internal error.
+func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64, key string, req Request) (_ Result, err error) {
+	r, err := lookup(e, op)
+	if err != nil {
+		return Result{}, err
+	}
+	ctx, span := e.tel.tracer.Start(ctx, op.Name, trace.WithAttributes(attrTenant.Int64(tenantID)))
+	defer func() { endSpan(span, err) }()
+	nameRequest(span, op.Name, key, "")
+
+	// The fast paths (fastpath.go): a key this process has seen is
+	// probably a retry, and is read before its claim, and before its
+	// body is parsed when it came as sent.
+	parsed, res, answered, err := fastPath(ctx, e, r, tenantID, key, req)
+	if answered {
+		return res, err
+	}
+
+	// The claim, committed before any foreign call so that a duplicate
+	// gets 409 at once and the reaper can see the key; the operation's
+	// WithClaim arrows commit with it.
+	c, err := claim(ctx, e, r, tenantID, key, parsed)
+	if err != nil {
+		return Result{}, err
+	}
+
+	// A key that existed is answered from the row the claim read, or
+	// taken over when its holder abandoned it.
+	if c.existing != nil {
+		return answer(ctx, e, r, *c.existing, parsed.Fingerprint)
+	}
+
+	// A new key is driven from where the claim's transaction left it.
+	e.tel.countOutcome(ctx, string(OutcomeNew))
+	if err := e.crash(ctx, CrashAfterClaim); err != nil {
+		return Result{}, err
+	}
+	resp, err := drive(ctx, e, r, c.run, c.point)
+	return Result{Response: resp, Outcome: OutcomeNew}, err
+}
+
+// claimed is what a claim found or made: an existing key's record, or a
+// new key's run and the recovery point its transaction committed.
+type claimed[S any] struct {
+	existing *idempotency.Record
+	run      *Run[S]
+	point    idempotency.RecoveryPoint
+}
+
+// claim claims the key in one exchange that answers a new key and a
+// retry alike: the claim, a check that it created the key, and the writes
+// of the operation's WithClaim arrows, queued in a pipelined transaction
+// that commits them together. A new key commits there; the new row records
+// the arrows' last recovery point and object itself, so they need no fence
+// of their own (the claim's commit is their commit). An existing key fails
+// the check (idempotency.ErrKeyExists), which rolls the exchange back, and
+// comes back as the record the claim read after the key's lock.
+func claim[S any](ctx context.Context, e *Engine, op *registered[S], tenantID int64, key string, req idempotency.Canonical) (claimed[S], error) {
+	// Seen from now on, its day not known until the claim reads its row.
+	e.hints.add(tenantID, key, time.Time{})
+	params := idempotency.ClaimParams{TenantID: tenantID, Key: key, Request: req, TraceContext: traceContext(ctx), Operation: op.Name}
+	run := &Run[S]{}
+	if op.ObjectID != nil {
+		run.ObjectID = op.ObjectID(req)
+	}
+	nameObject(trace.SpanFromContext(ctx), run.ObjectID)
+	var withClaim []Arrow[S]
+	if op.steps[0].withClaim && !e.cfg.OneCommitPerPhase {
+		withClaim = op.steps[0].Arrows
+		params.Point = withClaim[len(withClaim)-1].To
+		params.ObjectID = run.ObjectID
+	}
+	var (
+		q      *idempotency.QueuedClaim
+		arrows []arrowRun
+		end    groupEnd
+	)
+	err := inPipeTx(ctx, e.pool, func(tx *Tx) error {
+		q = e.keys.QueueClaim(tx, params)
+		run.Lease = q.Lease
+		if op.Admit != nil {
+			// Admit reads: its query goes out with the claim, in an
+			// explicit transaction, so a refusal rolls the claim back.
+			if err := op.Admit(ctx, tx, tenantID, req); err != nil {
+				if errors.Is(tx.p.err, idempotency.ErrKeyExists) {
+					return tx.p.err
+				}
+				return err
+			}
+		}
+		var err error
+		end, err = commitArrows(ctx, e, tx, run, withClaim, arrowsInClaim, &arrows)
+		return err
+	})
+	if q == nil {
+		// No connection (the pool could not connect): nothing was sent,
+		// nothing claimed.
+		return claimed[S]{}, fmt.Errorf("%s: %w", op.Name, dbstate.Wrap(err))
+	}
+	if errors.Is(err, idempotency.ErrKeyExists) && q.Found {
+		e.hints.add(tenantID, key, q.Existing.CreatedAt)
+		return claimed[S]{existing: &q.Existing}, nil
+	}
+	// The new row's day, once the claim read it (even if the commit's
+	// answer was then lost: a day whose partition lacks the key only costs
+	// the next retry one more read).
+	e.hints.add(tenantID, key, q.Lease.Record.CreatedAt)
+	e.recordArrows(ctx, q.Lease, arrows, time.Now())
+	if Committed(err) {
+		// Committed, but a queued row's reading failed: what it was to
+		// fill in (the key's row, the object) is read again.
+		e.log.WarnContext(ctx, "claim committed, but reading part of its answer failed", "key", key, "error", err.Error())
+		return reread(ctx, e, run, tenantID, key)
+	}
+	if err != nil {
+		if dbstate.Unavailable(err) && !q.Lease.Record.CreatedAt.IsZero() {
+			// The commit's answer was lost with the database after the
+			// claim's row was read: the claim may have committed, holding
+			// the key for a whole lease. (Lost before that row was read,
+			// the key, if it committed, waits out its lease.)
+			e.releaseLater(q.Lease, err)
+		}
+		return claimed[S]{}, fmt.Errorf("%s: %w", op.Name, dbstate.Wrap(err))
+	}
+	point := idempotency.PointStart
+	switch {
+	case end.response != nil:
+		point = idempotency.PointDone
+		run.done = end.response
+	case len(withClaim) > 0:
+		point = end.reached
+	}
+	return claimed[S]{run: run, point: point}, nil
+}
+
+// reread reads a key whose claim committed when part of the claim's
+// answer could not be read: still this run's (lock_version 1, leased), it
+// is driven from the point it records, its object loaded afresh; else it
+// is answered like any existing key.
+func reread[S any](ctx context.Context, e *Engine, run *Run[S], tenantID int64, key string) (claimed[S], error) {
+	rec, err := e.keys.Lookup(ctx, e.pool, tenantID, key)
+	if err != nil {
+		return claimed[S]{}, fmt.Errorf("claim %q committed, then: %w", key, dbstate.Wrap(err))
+	}
+	if rec.LockVersion != 1 || rec.State != idempotency.StateStarted || !rec.Leased {
+		return claimed[S]{existing: &rec}, nil
+	}
+	var zero S
+	run.Lease, run.Object, run.loaded, run.done = e.keys.LeaseOf(rec), zero, false, nil
+	return claimed[S]{run: run, point: rec.Point}, nil
+}
+
+// answer answers a request whose key was already claimed, from its record:
+// a replay, a mismatch, a conflict, an attempt not yet due, a request
+// waiting for an operator; or the takeover of a key its holder abandoned,
+// driven from its recovery point.
+func answer[S any](ctx context.Context, e *Engine, op *registered[S], rec idempotency.Record, fp idempotency.Fingerprint) (Result, error) {
+	nameObject(trace.SpanFromContext(ctx), rec.ObjectID)
+	// Two rounds at most: a takeover that loses the race re-reads the key
+	// once, and then it is either done (replay) or someone holds it (409).
+	for range 2 {
+		decision := idempotency.Decide(rec, fp)
+		switch decision {
+		case idempotency.Mismatch:
+			e.tel.countOutcome(ctx, decision.String())
+			return Result{}, idempotency.ErrMismatch
+		case idempotency.Replay:
+			e.tel.countOutcome(ctx, decision.String())
+			return Result{Response: *rec.Response, Outcome: OutcomeReplay}, nil
+		case idempotency.InProgress:
+			e.tel.countOutcome(ctx, decision.String())
+			return Result{}, idempotency.ErrInProgress
+		case idempotency.NotDue:
+			e.tel.countOutcome(ctx, decision.String())
+			return Result{}, &idempotency.WaitError{RetryAfter: rec.RetryAfter, ObjectID: rec.ObjectID}
+		case idempotency.Unresolved:
+			e.tel.countOutcome(ctx, decision.String())
+			return Result{}, fmt.Errorf("key %q: %w", rec.Key, idempotency.ErrUnresolved)
+		case idempotency.TakeOver:
+			lease, err := e.keys.TakeOver(ctx, e.pool, rec)
+			if errors.Is(err, idempotency.ErrInProgress) {
+				if rec, err = e.keys.Lookup(ctx, e.pool, rec.TenantID, rec.Key); err != nil {
+					return Result{}, err
+				}
+				continue
+			}
+			if err != nil {
+				return Result{}, err
+			}
+			e.tel.countOutcome(ctx, decision.String())
+			resp, err := op.resume(ctx, e, lease)
+			return Result{Response: resp, Outcome: OutcomeTakeover}, err
+		}
+	}
+	e.tel.countOutcome(ctx, idempotency.InProgress.String())
+	return Result{}, idempotency.ErrInProgress
+}

@@ -1,0 +1,98 @@
+package phases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/phasepay/phasepay/internal/idempotency"
+)
+
+// The fast paths, in front of the claim.
+//
+// A key this process has seen before (keyHints) is probably a retry. It is
+// read first, with a plain read of its row (a peek: only what the answers
+// below need), which answers the final decisions and the waits — a replay,
+// a mismatch, an attempt not yet due, a request waiting for an operator —
+// without the claim's lock and its failed check. Anything else (a new key,
+// one to take over, one in progress) goes on to the claim, which reads the
+// whole row again.
+//
+// A request as it came (AsSent) whose key was seen is read before it is
+// even parsed: when the body's raw fingerprint is the stored fingerprint
+// (idempotency.RawFingerprint), the body is the stored canonical body, byte
+// for byte, of a request that was parsed and validated when the key was
+// claimed, so the read answers what it answers for the parsed request (not
+// a mismatch, which equal fingerprints cannot be). In every other case the
+// request is parsed and fingerprinted as always: another encoding of the
+// same request (reordered members, white space) is the same request, and
+// only the canonical fingerprint may decide that a request differs or
+// runs. The raw hash never decides a mismatch, and is never stored.
+//
+// Both paths are correct whichever is taken: a wrong guess costs one read
+// more, never another answer.
+
+// fastPath answers a probable retry from one read. Otherwise it returns the
+// parsed request for the claim (answered false). It never reads a key
+// twice before its claim.
+func fastPath[S any](ctx context.Context, e *Engine, op *registered[S], tenantID int64, key string, req Request) (parsed idempotency.Canonical, res Result, answered bool, err error) {
+	day, seen := e.hints.seen(tenantID, key)
+	if !seen {
+		// Most likely new: parsed first, as always, and its claim reads
+		// the key if it exists.
+		parsed, err = req.parse()
+		return parsed, Result{}, err != nil, err
+	}
+	peek := e.peek(ctx, tenantID, key, day)
+	if peek.err == nil && req.raw != nil {
+		fp := idempotency.RawFingerprint(req.raw.Method, req.raw.Path, req.raw.Body)
+		if peek.rec.Request.Fingerprint == fp {
+			switch idempotency.Decide(peek.rec, fp) {
+			case idempotency.Replay, idempotency.NotDue, idempotency.Unresolved:
+				res, err = answer(ctx, e, op, peek.rec, fp)
+				return idempotency.Canonical{}, res, true, err
+			}
+		}
+	}
+	// A read that failed is the request's error once the request is known
+	// valid: an invalid body is a 400 whatever the database.
+	if parsed, err = req.parse(); err != nil {
+		return idempotency.Canonical{}, Result{}, true, err
+	}
+	switch {
+	case peek.err == nil:
+		switch idempotency.Decide(peek.rec, parsed.Fingerprint) {
+		case idempotency.Replay, idempotency.Mismatch, idempotency.NotDue, idempotency.Unresolved:
+			res, err = answer(ctx, e, op, peek.rec, parsed.Fingerprint)
+			return parsed, res, true, err
+		}
+	case !errors.Is(peek.err, idempotency.ErrNotFound):
+		return parsed, Result{}, true, fmt.Errorf("%s: %w", op.Name, peek.err)
+	}
+	return parsed, Result{}, false, nil
+}
+
+// peeked is the read of a key this process has seen, made before the
+// request's claim: the record (idempotency.Store.Peek) or why there was
+// none.
+type peeked struct {
+	rec idempotency.Record
+	err error
+}
+
+// peek reads the key in the partition of day, the day its hint knows (the
+// zero time if none), or else through its heads (idempotency.PeekDay), and
+// corrects the hint's day for the next retry when the day was missing or
+// wrong.
+func (e *Engine) peek(ctx context.Context, tenantID int64, key string, day time.Time) peeked {
+	rec, fromDay, err := e.keys.PeekDay(ctx, e.pool, tenantID, key, day)
+	if err == nil && !fromDay {
+		if !day.IsZero() && dayOf(rec.CreatedAt) == dayOf(day) {
+			e.hints.noDay(tenantID, key)
+		} else {
+			e.hints.add(tenantID, key, rec.CreatedAt)
+		}
+	}
+	return peeked{rec: rec, err: err}
+}

@@ -1,0 +1,120 @@
+package phases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/phasepay/phasepay/internal/dbstate"
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/psp"
+)
+
+// How a run that cannot finish ends: its lease kept alive during a slow
+// foreign call, released on the retry schedule after a busy or unknown
+// outcome, released once the database is back after it failed under the
+// run, and answered from the key alone when the lease was taken over.
+
+// call makes a foreign call under the lease. A heartbeat keeps the lease
+// while the call is slow; when the heartbeat finds the lease taken over, it
+// stops the call (the PSP client's own quick retries included) with
+// ErrLeaseLost: whatever is still in flight is the new holder's to find
+// out by reference. The heartbeat is stopped before this returns, so that
+// it can never renew a lease the caller then releases. The call is noted
+// for the request's timeline, written with the holder's next statement.
+func (e *Engine) call(ctx context.Context, lease *idempotency.Lease, fn func(context.Context) (psp.Outcome, error)) (psp.Outcome, error) {
+	callCtx, stopCall := context.WithCancelCause(ctx)
+	hbCtx, stop := context.WithCancel(ctx)
+	beat := make(chan struct{})
+	go func() {
+		defer close(beat)
+		lease.Heartbeat(hbCtx, e.pool, func(err error) { stopCall(err) })
+	}()
+	defer func() { stop(); <-beat; stopCall(nil) }()
+	start := time.Now()
+	out, err := fn(callCtx)
+	e.recordPSP(ctx, start, out)
+	notePSPCall(lease, out, time.Since(start))
+	if cause := context.Cause(callCtx); errors.Is(cause, idempotency.ErrLeaseLost) {
+		return out, fmt.Errorf("PSP call stopped: %w", cause)
+	}
+	return out, err
+}
+
+// release ends an attempt whose PSP outcome is unknown (or busy) at its
+// recovery point: the lease is given up and the next attempt scheduled, no
+// sooner than notBefore (a busy PSP's Retry-After), or the key is handed to
+// an operator once it is past GIVE_UP_AFTER. It runs even if the request's
+// context ended: a lease left held would make every retry wait out the
+// lease.
+func (e *Engine) release(ctx context.Context, lease *idempotency.Lease, objectID string, cause error, notBefore time.Duration) error {
+	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	rel, err := lease.Release(relCtx, e.pool, cause, notBefore)
+	if err != nil && !errors.Is(err, idempotency.ErrLeaseLost) {
+		if dbstate.Unavailable(err) {
+			e.releaseLater(lease, cause)
+		}
+		return errors.Join(cause, err)
+	}
+	if rel.NeedsAttention {
+		return fmt.Errorf("%w: %w", idempotency.ErrUnresolved, cause)
+	}
+	if errors.Is(cause, psp.ErrUnavailable) || errors.Is(cause, psp.ErrBusy) {
+		return &UnavailableError{ObjectID: objectID, RetryAfter: rel.RetryAfter, Cause: cause}
+	}
+	return cause
+}
+
+// releaseLater gives up the lease of a run the database failed under, once
+// the database answers again, retrying in the background with a growing
+// pause. It is not an attempt (idempotency.Lease.Unlock): the PSP did not
+// fail, so the key is due at once and the client's retry resumes it,
+// rather than being told the PSP is unavailable. It gives up when the lease
+// would have run out by itself anyway, or when it finds the lease gone (the
+// run's last commit did land, or someone took the key over). The key stays
+// at its last committed recovery point: the PSP's answer, if one was lost
+// with the database, is found again by the lookup by reference that
+// precedes any resend under the same PSP key. Wait waits for these to end.
+func (e *Engine) releaseLater(lease *idempotency.Lease, cause error) {
+	giveUp := time.Now().Add(e.keys.Lease())
+	e.background.Go(func() {
+		pause := 100 * time.Millisecond
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			err := lease.Unlock(ctx, e.pool)
+			cancel()
+			switch {
+			case err == nil:
+				e.log.Info("released the lease of a run the database failed under", "key", lease.Record.Key,
+					"cause", cause.Error())
+				return
+			case errors.Is(err, idempotency.ErrLeaseLost):
+				return
+			case !dbstate.Unavailable(err) || time.Now().Add(pause).After(giveUp):
+				e.log.Warn("could not release the lease of a run the database failed under; it runs out by itself",
+					"key", lease.Record.Key, "error", err.Error())
+				return
+			}
+			time.Sleep(pause)
+			pause = min(2*pause, 2*time.Second)
+		}
+	})
+}
+
+// afterLeaseLost answers a run whose lease was taken over: with the key's
+// stored response if the new holder finished, else ErrInProgress.
+func (e *Engine) afterLeaseLost(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error) {
+	rec, err := e.keys.Lookup(ctx, e.pool, lease.Record.TenantID, lease.Record.Key)
+	if err != nil {
+		return idempotency.Response{}, err
+	}
+	e.tel.countOutcome(ctx, "lease_lost")
+	e.log.WarnContext(ctx, "lease lost to a takeover", "key", lease.Record.Key, "lock_version", lease.Record.LockVersion,
+		"now_lock_version", rec.LockVersion)
+	if rec.State == idempotency.StateDone && rec.CreatedAt.Equal(lease.Record.CreatedAt) {
+		return *rec.Response, nil
+	}
+	return idempotency.Response{}, fmt.Errorf("key %q: %w", lease.Record.Key, idempotency.ErrInProgress)
+}
