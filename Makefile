@@ -12,7 +12,7 @@ BINARIES := bin/api bin/reaper bin/mockpsp
 # not reach into it, so every target names it too.
 CLIENT := github.com/phasepay/phasepay/client/...
 
-.PHONY: all build run test fuzz vet lint pg pg-test pgbouncer pg-auto-failover chaos failover bench soak clean
+.PHONY: all build run test fuzz vet lint pg pg-test pgbouncer pg-auto-failover chromium screenshots chaos failover bench soak clean
 
 all: build
 
@@ -49,8 +49,13 @@ run: build pg
 pg-auto-failover:
 	@scripts/install-pg-auto-failover
 
+# chromium: headless Chromium (Debian's package) for the console's browser
+# tests, installed with apt-get when missing.
+chromium:
+	@scripts/install-chromium
+
 ## test: every test against a real PostgreSQL, with -race, plus vet, lint and a short fuzz of the parsers and of every route's parameters
-test: pg-test pgbouncer pg-auto-failover vet lint
+test: pg-test pgbouncer pg-auto-failover chromium vet lint
 	$(GO) test -race -count=1 -timeout 9m ./... $(CLIENT)
 	$(MAKE) --no-print-directory fuzz
 
@@ -70,7 +75,11 @@ fuzz:
 	$(FUZZ) -fuzz '^FuzzEqualFingerprintsParseToEqualParams$$' ./internal/charges
 	$(FUZZ) -fuzz '^FuzzRouteParams$$' ./internal/httpapi
 
-## chaos: the long chaos run: 2,000 intents living whole payment lives (capture, refunds, void) and a webhook sink with its own faults, workers killed and frozen under PSP faults (final failures, lost answers after a 2s key TTL, failed lookups, outages), PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432); then 1,000 intents routed between three mock PSPs, each in turn down, refusing or dropping answers
+## screenshots: every page of the operator console, rendered in headless Chromium on a showcase database, into docs/console/ (for the README)
+screenshots: pg-test chromium
+	$(GO) test -count=1 -run '^TestEveryPageRendersInABrowser$$' ./internal/console -args -screenshots=$(CURDIR)/docs/console
+
+## chaos: the long chaos run: 2,000 intents living whole payment lives (capture, refunds, void) and a webhook sink with its own faults, workers killed and frozen under PSP faults (final failures, lost answers after a 2s key TTL, failed lookups, outages), PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432); then 1,000 intents routed between three mock PSPs, each in turn down, refusing or dropping answers; each writes its JSON summary and, beside it, an HTML report of the faults and what the requests did on one time axis
 CHAOS_SEED ?= 1
 CHAOS_DB_RESTARTS ?= 3
 chaos: pg

@@ -6,6 +6,7 @@
 //	api keys list --tenant NAME [--json] list NAME's keys, never their secrets
 //	api keys revoke ID                   refuse a key in every api process within 1 s
 //	api requests list|show|retry|resolve the operator's view of requests
+//	api console                          the operator console, in a browser
 //
 // `api -h` lists the commands; -h or --help after any command prints its
 // usage. Neither starts anything. Configuration is by environment variable;
@@ -44,6 +45,7 @@ var commands = []*command{
 		sub:     []*command{keysCreateCommand, keysListCommand, keysRevokeCommand},
 	},
 	requestsCommand,
+	consoleCommand,
 }
 
 // defaultCommand runs when the command line is empty.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/user"
 	"strconv"
@@ -15,9 +16,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/phases"
-	"github.com/phasepay/phasepay/internal/routing"
-	"github.com/phasepay/phasepay/internal/telemetry"
+	"github.com/phasepay/phasepay/internal/operator"
 	"github.com/phasepay/phasepay/internal/tenants"
 )
 
@@ -137,16 +136,9 @@ one attempt: if it fails again, it returns to needs_attention.`,
 			if len(inv.args) != 2 {
 				return usageErrorf("TENANT and KEY are required")
 			}
-			return withPool(ctx, inv, func(ctx context.Context, pool *pgxpool.Pool) error {
-				t, err := tenants.ByName(ctx, pool, inv.args[0])
+			return withDesk(ctx, inv, func(ctx context.Context, desk *operator.Desk) error {
+				t, err := desk.Retry(ctx, inv.args[0], inv.args[1])
 				if err != nil {
-					return err
-				}
-				store, err := idempotency.NewStore(inv.cfg.operatorKeysConfig())
-				if err != nil {
-					return err
-				}
-				if err := store.RetryNow(ctx, pool, t.ID, inv.args[1]); err != nil {
 					return err
 				}
 				_, err = fmt.Fprintf(inv.stdout, "%s %s: next attempt due now\n", t.Name, inv.args[1])
@@ -180,21 +172,13 @@ recorded and shown by requests show.`,
 			if *reason == "" {
 				return usageErrorf("--reason is required")
 			}
-			operator := *by
-			if operator == "" {
-				operator = defaultOperator(inv.getenv)
+			who := *by
+			if who == "" {
+				who = defaultOperator(inv.getenv)
 			}
-			return withPool(ctx, inv, func(ctx context.Context, pool *pgxpool.Pool) error {
-				t, err := tenants.ByName(ctx, pool, inv.args[0])
-				if err != nil {
-					return err
-				}
-				svc, err := resolvingService(ctx, inv, pool, *force)
-				if err != nil {
-					return err
-				}
-				resp, err := svc.Resolve(ctx, t.ID, inv.args[1], charges.Resolution{
-					As: charges.ResolveAs(*as), Reason: *reason, By: operator, Force: *force,
+			return withDesk(ctx, inv, func(ctx context.Context, desk *operator.Desk) error {
+				t, resp, err := desk.Resolve(ctx, inv.args[0], inv.args[1], charges.Resolution{
+					As: charges.ResolveAs(*as), Reason: *reason, By: who, Force: *force,
 				})
 				if err != nil {
 					return err
@@ -222,38 +206,29 @@ func withPool(ctx context.Context, inv *invocation, fn func(context.Context, *pg
 	return fn(ctx, pool)
 }
 
-// resolvingService is a charges service on pool that can ask the PSP of
-// PSP_URL (the embedded mock's address for "embedded").
-func resolvingService(ctx context.Context, inv *invocation, pool *pgxpool.Pool, force bool) (*charges.Service, error) {
-	pspURL := inv.cfg.PSPURL
+// withDesk runs fn with the operator's desk (package operator, which the
+// console acts through too) on a pool of DATABASE_URL, under
+// requestsTimeout. The desk's resolutions look charges up at PSP_URL (the
+// embedded mock's address for "embedded") or at every PSP of PSPS.
+func withDesk(ctx context.Context, inv *invocation, fn func(context.Context, *operator.Desk) error) error {
+	return withPool(ctx, inv, func(ctx context.Context, pool *pgxpool.Pool) error {
+		desk, err := operator.New(pool, inv.cfg.deskConfig(inv.logger))
+		if err != nil {
+			return err
+		}
+		defer desk.Close(context.WithoutCancel(ctx)) //nolint:errcheck // best effort at exit
+		return fn(ctx, desk)
+	})
+}
+
+// deskConfig is the operator desk's configuration: the keys' and the
+// PSPs', as serve has them.
+func (c Config) deskConfig(logger *slog.Logger) operator.Config {
+	pspURL := c.PSPURL
 	if pspURL == PSPEmbedded {
-		pspURL = "http://" + inv.cfg.MockPSPAddr
+		pspURL = "http://" + c.MockPSPAddr
 	}
-	if pspURL == "" && len(inv.cfg.Routing.PSPs) == 0 && !force {
-		return nil, fmt.Errorf("%w (to look the charge up), or --force", ErrPSPURLRequired)
-	}
-	if pspURL == "" {
-		pspURL = "http://127.0.0.1:0" // --force: never called
-	}
-	tel, err := telemetry.New(ctx, "phasepay-api")
-	if err != nil {
-		return nil, err
-	}
-	// With PSPS, the lookup asks every PSP (routing.Router.Lookup).
-	var client charges.Authorizer
-	if len(inv.cfg.Routing.PSPs) > 0 && !inv.cfg.Routing.Single {
-		client, err = routing.NewTraced(inv.cfg.Routing, tel, inv.logger)
-	} else {
-		client, err = routing.TracedClient(pspURL, tel)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("psp: %w", err)
-	}
-	store, err := idempotency.NewStore(inv.cfg.operatorKeysConfig())
-	if err != nil {
-		return nil, err
-	}
-	return charges.NewService(pool, store, client, phases.Config{Logger: inv.logger})
+	return operator.Config{Keys: c.operatorKeysConfig(), PSPURL: pspURL, Routing: c.Routing, Logger: logger}
 }
 
 // stateNames lists the request states, as every interface names them

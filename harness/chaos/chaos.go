@@ -231,6 +231,10 @@ type Summary struct {
 	// Failover: the failures of a formation's primary (failover.go); nil
 	// without a formation.
 	Failover *FailoverSummary `json:"failover,omitempty"`
+
+	// Timeline is the run's faults and, per second, what the requests did
+	// (series.go), drawn by Report.
+	Timeline *RunTimeline `json:"timeline,omitempty"`
 }
 
 // Table renders the summary as a table.

@@ -105,6 +105,28 @@ func TestChaosShortRun(t *testing.T) {
 	require.Greater(t, sum.Webhooks.Deliveries, sum.Webhooks.Accepted)
 	require.Positive(t, sum.Webhooks.FailedAttempts)
 	require.Positive(t, sum.Webhooks.Duplicates, "no event was delivered again after a dropped connection")
+
+	// The report draws the run: its axis, a lane of marks for each fault
+	// kind it injected, a line for each series it recorded.
+	require.NotNil(t, sum.Timeline)
+	kinds := map[string]bool{}
+	for _, f := range sum.Timeline.Faults {
+		kinds[f.Kind] = true
+	}
+	for _, k := range []string{"psp_outage", "db_down", "db_recovery"} {
+		require.True(t, kinds[k], "no %s recorded: %v", k, kinds)
+	}
+	require.True(t, kinds["kill"] || kinds["pause"], "no kill nor pause recorded: %v", kinds)
+	series := map[string]bool{}
+	for _, s := range sum.Timeline.Series {
+		series[s.Name] = true
+	}
+	for _, name := range []string{"started", "ended authorized", "takeovers", "latency p50", "latency p99", "pending"} {
+		require.True(t, series[name], "no series %q: %v", name, series)
+	}
+	html, err := chaos.Report(sum, "http://127.0.0.1:8081")
+	require.NoError(t, err)
+	checkReport(t, string(html), sum)
 }
 
 // Proof that the harness can fail: a build whose PSP key is fresh on every

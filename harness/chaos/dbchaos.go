@@ -34,6 +34,7 @@ type dbChaos struct {
 	dbURL   string   // the run's database, for the harness's own checks
 	bases   []string // the api workers' base URLs, by worker index
 	reapers []string // the reapers' application names
+	rec     *recorder
 
 	restarts atomic.Int64
 	// recovering is set from the database's start until every process has
@@ -80,6 +81,7 @@ func (d *dbChaos) run(ctx context.Context, finished *atomic.Int64, clientsDone <
 		}
 		down := time.Duration(float64(d.cfg.DBDown) * (0.5 + d.rnd.Float64()))
 		stopped := time.Now()
+		started := d.rec.Begin("db_down", "postgres", fmt.Sprintf("restart %d of %d: stopped immediately, started again", k, n))
 		if err := d.cluster.Stop(); err != nil {
 			return fmt.Errorf("database restart %d: %w", k, err)
 		}
@@ -92,9 +94,12 @@ func (d *dbChaos) run(ctx context.Context, finished *atomic.Int64, clientsDone <
 			return fmt.Errorf("database restart %d: %w", k, err)
 		}
 		up := time.Now()
+		started()
 		d.restarts.Add(1)
 		d.recovering.Store(true)
+		recovered := d.rec.Begin("db_recovery", "every api and reaper", "until every api answers /readyz 200 and every reaper reconnected")
 		rec, notRecovered, last := d.awaitRecovery(ctx, up)
+		recovered()
 		d.recovering.Store(false)
 		d.mu.Lock()
 		d.down += up.Sub(stopped)

@@ -63,7 +63,9 @@ func (h *harness) collect() {
 	h.answersMu.Unlock()
 	for _, w := range h.st.workers {
 		sum.Restarts += w.Restarts()
-		countCrashPoints(w.LogText(), sum.CrashPoints)
+		countCrashPoints(w.LogText(), sum.CrashPoints, func(at time.Time, point string) {
+			h.rec.MarkAt(at, "crash", w.Name(), "crashed itself at "+point)
+		})
 	}
 	sum.Violations = append(sum.Violations, h.monoFaults...)
 	sum.DBRestarts = int(h.db.restarts.Load())
@@ -149,14 +151,18 @@ func recoveredPanics(logs string) []string {
 	return out
 }
 
-func countCrashPoints(logs string, into map[string]int) {
+func countCrashPoints(logs string, into map[string]int, at func(time.Time, string)) {
 	for _, line := range strings.Split(logs, "\n") {
 		if !strings.Contains(line, `"msg":"chaos crash"`) {
 			continue
 		}
-		var rec struct{ Point string }
+		var rec struct {
+			Time  time.Time
+			Point string
+		}
 		if json.Unmarshal([]byte(line), &rec) == nil {
 			into[rec.Point]++
+			at(rec.Time, rec.Point)
 		}
 	}
 }

@@ -18,7 +18,7 @@ func (h *harness) injectFaults(ctx context.Context) {
 	cfg, st := h.cfg, h.st
 	// The database's restarts, on a schedule of their own.
 	h.db = &dbChaos{cluster: st.cluster, cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x64627273)),
-		dbURL: st.dbURL, bases: st.bases, reapers: st.reaperNames}
+		dbURL: st.dbURL, bases: st.bases, reapers: st.reaperNames, rec: h.rec}
 	if st.pooler != nil {
 		// Behind the pooler a reaper's connections are the pooler's: the
 		// reaper probe shows the reapers recovered (Config.Pooler).
@@ -32,9 +32,12 @@ func (h *harness) injectFaults(ctx context.Context) {
 	}
 
 	// The PSP's outages, on a schedule of their own.
-	h.outages = &pspOutages{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x6f757467)), pspURL: st.pspURL}
+	h.outages = &pspOutages{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x6f757467)), pspURL: st.pspURL, rec: h.rec}
 	h.outagesDone = make(chan error, 1)
 	go func() { h.outagesDone <- h.outages.run(ctx, h.clientsDone, cfg.Progress) }()
+	if st.psps != nil {
+		st.psps.rec = h.rec
+	}
 	st.psps.startStretches(ctx, h.clientsDone, cfg.Progress, h.transport, st.apiKey)
 
 	h.chaosDone = make(chan struct{})
@@ -71,6 +74,7 @@ func (h *harness) control() {
 		w := workers[rnd.IntN(len(workers))]
 		if rnd.IntN(10) < 6 {
 			w.Signal(syscall.SIGKILL)
+			h.rec.Mark("kill", w.Name(), "SIGKILL")
 			sum.Kills++
 			continue
 		}
@@ -78,6 +82,7 @@ func (h *harness) control() {
 			continue
 		}
 		w.Signal(syscall.SIGSTOP)
+		thawed := h.rec.Begin("pause", w.Name(), "SIGSTOP past its lease, then SIGCONT")
 		sum.Pauses++
 		// Frozen past its lease, so another worker or a reaper takes
 		// its keys over and the thawed worker meets the fence.
@@ -85,6 +90,7 @@ func (h *harness) control() {
 		pauses.Go(func() {
 			time.Sleep(thaw)
 			w.Signal(syscall.SIGCONT)
+			thawed()
 		})
 	}
 }

@@ -21,6 +21,7 @@ type pspOutages struct {
 	cfg    *Config
 	rnd    *rand.Rand
 	pspURL string
+	rec    *recorder
 
 	// Written by run only, read after it returned.
 	count int
@@ -69,6 +70,7 @@ func (o *pspOutages) run(ctx context.Context, clientsDone <-chan struct{}, progr
 		if progress != nil {
 			fmt.Fprintf(progress, "psp outage %d: down for %s\n", o.count, length)
 		}
+		up := o.rec.Begin("psp_outage", "mockpsp", "error_rate 1, lookups too, for "+length.String())
 		start := time.Now()
 		select {
 		case <-clientsDone:
@@ -76,7 +78,9 @@ func (o *pspOutages) run(ctx context.Context, clientsDone <-chan struct{}, progr
 		case <-time.After(length):
 		}
 		o.total += time.Since(start)
-		if err := o.set(context.WithoutCancel(ctx), ordinary); err != nil {
+		err := o.set(context.WithoutCancel(ctx), ordinary)
+		up()
+		if err != nil {
 			return err
 		}
 	}

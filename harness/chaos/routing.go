@@ -75,6 +75,7 @@ type pspSet struct {
 	view  string // the admin view's base URL
 
 	stretchesDone chan struct{}
+	rec           *recorder // set by the harness before startStretches
 	stats         RoutingStats
 	mu            sync.Mutex
 	extra         int // the harness's own new charges (newCharges)
@@ -263,6 +264,7 @@ func (s *pspSet) startStretches(ctx context.Context, clientsDone <-chan struct{}
 			if progress != nil {
 				fmt.Fprintf(progress, "psp %s %s for %s\n", targets[i], kind, length)
 			}
+			ended := s.rec.Begin("psp_"+kind, s.names[i], fmt.Sprintf("%s %s for %s", s.names[i], kind, length))
 			start := time.Now()
 			if kind == "down" && i == 0 {
 				// Every intent in flight is now waiting at the primary
@@ -279,6 +281,7 @@ func (s *pspSet) startStretches(ctx context.Context, clientsDone <-chan struct{}
 			}
 			total += time.Since(start)
 			_ = out.set(context.WithoutCancel(ctx), ordinary)
+			ended()
 			s.mu.Lock()
 			s.stats.Stretches[kind]++
 			s.mu.Unlock()

@@ -38,6 +38,8 @@ type harness struct {
 	// own.
 	rnd *rand.Rand
 	sum *Summary
+	// rec records the faults and the series of the run (series.go).
+	rec *recorder
 
 	// lock_version must only grow: sampled while the chaos runs, until
 	// stopSampling; sampled is closed when the sampler has returned.
@@ -86,6 +88,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	cfg.defaults()
 	h := &harness{cfg: &cfg, start: time.Now(), rnd: rand.New(rand.NewPCG(cfg.Seed, 0x70706179)),
 		sum: &Summary{Seed: cfg.Seed, Intents: cfg.Intents, CrashPoints: map[string]int{}}}
+	h.rec = newRecorder(h.start)
 
 	// Deferred first, so closed last: see stack.close.
 	h.st = &stack{cfg: &cfg}
@@ -143,6 +146,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 	}
 	h.sum.Duration = time.Since(h.start).Truncate(time.Millisecond).String()
+	h.sum.Timeline = h.rec.Timeline()
 	return h.sum, nil
 }
 
@@ -154,6 +158,11 @@ func (h *harness) startSampling(ctx context.Context) {
 	go func() {
 		defer close(h.sampled)
 		seen := map[string]int64{}
+		// Every takeover bumps its key's lock_version: the sum over the
+		// keys of lock_version - 1 is the takeovers so far, and what it
+		// grew by since the last sample the takeovers since (a sample cut
+		// short by a database restart counts nothing).
+		var takeovers int64
 		for h.sampleCtx.Err() == nil {
 			for k, v := range sampleLockVersions(h.sampleCtx, h.st.pool) {
 				if prev, ok := seen[k]; ok && v < prev {
@@ -162,6 +171,14 @@ func (h *harness) startSampling(ctx context.Context) {
 					h.monoMu.Unlock()
 				}
 				seen[k] = max(seen[k], v)
+			}
+			var total int64
+			for _, v := range seen {
+				total += v - 1
+			}
+			if total > takeovers {
+				h.rec.Count(chartTakeovers, "takeovers", float64(total-takeovers))
+				takeovers = total
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -194,7 +211,7 @@ func (h *harness) newClient() error {
 	h.cl, err = client.New(client.Config{
 		BaseURL:        h.st.bases[0],
 		APIKey:         h.st.apiKey,
-		HTTPClient:     &http.Client{Transport: h.transport, Timeout: 5 * time.Second},
+		HTTPClient:     &http.Client{Transport: timed(h.transport, h.rec), Timeout: 5 * time.Second},
 		Journal:        client.NewMemoryJournal(),
 		MaxElapsed:     h.cfg.MaxElapsed,
 		InitialBackoff: 50 * time.Millisecond,
@@ -229,9 +246,9 @@ func (h *harness) subscribe(ctx context.Context) error {
 		return err
 	}
 	go h.sink.watchCommits(fairCtx, h.st.pool, h.sink.tenantID)
-	h.backlog = &backlogSampler{tenantID: h.sink.tenantID}
+	h.backlog = &backlogSampler{tenantID: h.sink.tenantID, rec: h.rec}
 	go h.backlog.run(h.sampleCtx, h.st.pool)
-	h.ops = newOpDriver(h.transport, h.st.apiKey, h.cfg)
+	h.ops = newOpDriver(timed(h.transport, h.rec), h.st.apiKey, h.cfg)
 	h.ops.onAnswer = h.answers5xx.add
 	return nil
 }
@@ -248,7 +265,9 @@ func (h *harness) driveIntents(ctx context.Context) {
 		for range h.cfg.Concurrency {
 			wg.Go(func() {
 				for it := range work {
+					h.rec.Count(chartIntents, "started", 1)
 					drive(ctx, h.cl, it)
+					h.rec.Count(chartIntents, "ended "+it.outcome(), 1)
 					h.ops.goLive(ctx, it, func() { h.finished.Add(1) })
 				}
 			})

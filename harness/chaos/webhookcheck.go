@@ -84,6 +84,7 @@ type WebhookStats struct {
 // chaos tenant: the hanging tenant's never drains) while the run goes on.
 type backlogSampler struct {
 	tenantID int64
+	rec      *recorder
 	mu       sync.Mutex
 	max      int64
 	maxDelay float64
@@ -111,6 +112,7 @@ func (b *backlogSampler) sample(ctx context.Context, pool *pgxpool.Pool) (webhoo
 	b.mu.Lock()
 	b.max, b.maxDelay = max(b.max, st.Pending), max(b.maxDelay, st.DueDelay)
 	b.mu.Unlock()
+	b.rec.Gauge(chartBacklog, "pending", "deliveries", float64(st.Pending))
 	return st, nil
 }
 

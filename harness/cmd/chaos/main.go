@@ -10,7 +10,9 @@
 // webhook sink with faults of its own (5xx, dropped connections, slow and
 // too-late answers) receives every event, each checked against what
 // committed. It prints a summary table and a one-line verdict, writes the
-// summary as JSON, and exits 1 on any violation.
+// summary as JSON and beside it an HTML report (the faults and what the
+// requests did on one time axis, harness/chaos/report.go), and exits 1 on
+// any violation.
 //
 //	chaos [-seed 1] [-intents 2000] [-concurrency 24] [-db-restarts 3] [-json bench/results/chaos.json]
 package main
@@ -77,7 +79,10 @@ func run(args []string, stdout io.Writer) int {
 	fs.BoolVar(&cfg.Pooler, "pooler", false, "put a PgBouncer in transaction mode between the workers and reapers and the database (DATABASE_POOLER=transaction; every other process with DATABASE_DIRECT_URL, the others polling)")
 	fs.IntVar(&cfg.PSPs, "psps", 1, "mock PSPs to route between (PSPS, PSP_ROUTING); above 1, one of them is down, refusing or dropping answers for stretches")
 	admin := fs.String("admin-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL to create the run's database on (with -db-restarts 0)")
-	jsonPath := fs.String("json", "", "write the summary as JSON to this file")
+	jsonPath := fs.String("json", "", "write the summary as JSON to this file, and the HTML report beside it (its name ending .html)")
+	htmlPath := fs.String("html", "", "write the HTML report to this file (default: beside -json)")
+	consoleURL := fs.String("console-url", "http://127.0.0.1:8081", "where the report's links of violations open the operator console (api console)")
+	render := fs.String("render", "", "run nothing: draw the HTML report of the summary in this JSON file (a run's -json) beside it, or to -html")
 	binDir := fs.String("bin", "", "directory with api, reaper and mockpsp built with -tags chaos (default: build them)")
 	fs.StringVar(&cfg.Defect, "defect", "", "run the workers with a deliberate defect, to see the harness fail: "+faults.DefectFreshPSPKey+" or "+faults.DefectFailoverOnUnknown)
 	fs.Usage = func() {
@@ -102,6 +107,26 @@ func run(args []string, stdout io.Writer) int {
 	}
 	cfg.AdminURL = *admin
 	cfg.Progress = os.Stderr
+
+	if *render != "" {
+		b, err := os.ReadFile(*render)
+		var sum chaos.Summary
+		if err == nil {
+			err = json.Unmarshal(b, &sum)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: -render:", err)
+			return 1
+		}
+		if *htmlPath == "" {
+			*htmlPath = strings.TrimSuffix(*render, filepath.Ext(*render)) + ".html"
+		}
+		if err := writeReport(&sum, *htmlPath, *consoleURL); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			return 1
+		}
+		return 0
+	}
 
 	if *binDir == "" {
 		dir, err := os.MkdirTemp("", "phasepay-chaos-")
@@ -142,10 +167,35 @@ func run(args []string, stdout io.Writer) int {
 			return 1
 		}
 	}
+	if *htmlPath == "" && *jsonPath != "" {
+		*htmlPath = strings.TrimSuffix(*jsonPath, filepath.Ext(*jsonPath)) + ".html"
+	}
+	if *htmlPath != "" {
+		if err := writeReport(sum, *htmlPath, *consoleURL); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			return 1
+		}
+	}
 	if len(sum.Violations) > 0 {
 		return 1
 	}
 	return 0
+}
+
+// writeReport draws sum's HTML report into path.
+func writeReport(sum *chaos.Summary, path, consoleURL string) error {
+	report, err := chaos.Report(sum, consoleURL)
+	if err == nil {
+		err = os.MkdirAll(filepath.Dir(path), 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(path, report, 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	fmt.Fprintln(os.Stderr, "chaos: report written to", path)
+	return nil
 }
 
 func envOr(k, def string) string {

@@ -1,0 +1,147 @@
+package console_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"image/png"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/harness/chargestest"
+	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/events"
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/reaper"
+	"github.com/phasepay/phasepay/internal/webhooks"
+)
+
+// screenshots is where TestEveryPageRendersInABrowser keeps its
+// screenshots: make screenshots sets it to docs/console, for the README;
+// otherwise they go to a temporary directory and only their being real
+// pictures is checked.
+var screenshots = flag.String("screenshots", "", "directory to write the console's screenshots to (make screenshots)")
+
+// Every page of the console, in a real browser, on a database with a bit
+// of everything (a charge captured and refunded, one declined, one that
+// needs attention, one taken over by a reaper after its worker crashed in
+// the PSP call, a webhook endpoint whose deliveries failed once): each
+// renders without an error, streams its live region (the script connected,
+// which the Content-Security-Policy would have stopped had it been inline),
+// and is photographed.
+func TestEveryPageRendersInABrowser(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	chargeID, takenOver, endpointID := seedShowcase(t, w)
+
+	dir := *screenshots
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	browser := tab(t, w.Base)
+	for name, path := range map[string]string{
+		"overview": "/",
+		"requests": "/requests",
+		"request":  "/request?tenant=t&key=" + takenOver,
+		"charge":   "/charge?tenant=t&id=" + chargeID,
+		"webhooks": "/webhooks",
+		"webhook":  "/webhook?tenant=t&id=" + endpointID,
+	} {
+		_, err := chromedp.Run(browser, chromedp.Steps(chromedp.Navigate(w.Base+path), chromedp.WaitVisible(chromedp.CSS("#live"))))
+		require.NoError(t, err, name)
+		poll(t, browser, `document.getElementById("live-status").textContent.startsWith("live")`, 10*time.Second)
+		_, err = chromedp.Run(browser, chromedp.WaitNotPresent(chromedp.CSS("#error")))
+		require.NoError(t, err, "%s shows an error", name)
+		shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
+		require.NoError(t, err, name)
+		img, err := png.Decode(bytes.NewReader(shot))
+		require.NoError(t, err, name)
+		require.Greater(t, img.Bounds().Dy(), 300, name)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "console-"+name+".png"), shot, 0o644))
+	}
+}
+
+// seedShowcase makes what the screenshots show, and returns the captured
+// charge's id, the key a reaper took over and the webhook endpoint's id.
+func seedShowcase(t *testing.T, w *world) (chargeID, takenOver, endpointID string) {
+	t.Helper()
+	ctx := context.Background()
+	// An endpoint that fails each event's first delivery.
+	var calls atomic.Int64
+	sink := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		if calls.Add(1)%2 == 1 {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		rw.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(sink.Close)
+	ep, err := webhooks.Create(ctx, w.Live, w.Tenant, sink.URL+"/phasepay/events", []string{"*"})
+	require.NoError(t, err)
+	endpointID = ep.ID
+
+	svc := w.service(t, idempotency.Config{})
+	res := charge(t, svc, w.Tenant, "order-1001", `{"amount":4200,"currency":"eur","payment_method":"pm_card_visa","description":"annual plan"}`)
+	chargeID = chargeOf(t, res)
+	_, err = svc.Capture(ctx, w.Tenant, "order-1001-capture", chargeID, charges.RawBody([]byte(`{}`)))
+	require.NoError(t, err)
+	_, err = svc.Refund(ctx, w.Tenant, "order-1001-refund-1", charges.RawBody([]byte(`{"charge":"`+chargeID+`","amount":1200}`)))
+	require.NoError(t, err)
+	charge(t, svc, w.Tenant, "order-1002", `{"amount":990,"currency":"usd","payment_method":"pm_card_chargeDeclined"}`)
+	require.NoError(t, w.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "order-1003", visa)
+	require.NoError(t, w.Mock.SetFaults(psp.Faults{}))
+
+	// A worker that dies right after the PSP answered, and the reaper
+	// that takes its key over once the lease ran out.
+	takenOver = "order-1004"
+	api, err := idempotency.NewStore(idempotency.Config{Lease: time.Second, NeedsAttention: events.NeedsAttention})
+	require.NoError(t, err)
+	crashing := chargestest.NewService(t, w.Live, api, w.PSP, phases.Config{CrashHook: chargestest.CrashAt(phases.CrashAfterPSPCall)})
+	_, err = crashing.Create(ctx, w.Tenant, takenOver, charges.RawBody([]byte(visa)))
+	require.ErrorIs(t, err, chargestest.ErrCrash)
+	time.Sleep(1100 * time.Millisecond)
+	reaperKeys, err := idempotency.NewStore(idempotency.Config{Lease: time.Minute, Role: idempotency.RoleReaper, NeedsAttention: events.NeedsAttention})
+	require.NoError(t, err)
+	r, err := reaper.New(w.Live, reaperKeys, chargestest.NewService(t, w.Live, reaperKeys, w.PSP, phases.Config{}), reaper.Config{})
+	require.NoError(t, err)
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	state, _, _ := w.KeyState(t, takenOver)
+	require.Equal(t, "done", state)
+
+	// The deliveries, each failed once and then delivered.
+	d, err := webhooks.NewDeliverer(w.Live, webhooks.DelivererConfig{AllowPrivate: true, RetryBase: 50 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	require.Eventually(t, func() bool {
+		b, err := webhooks.Backlog(ctx, w.Live)
+		return err == nil && b.Pending == 0
+	}, 15*time.Second, 50*time.Millisecond)
+	stop()
+	require.NoError(t, <-done)
+	return chargeID, takenOver, endpointID
+}
+
+// chargeOf is the id of the charge an answer carries.
+func chargeOf(t *testing.T, res phases.Result) string {
+	t.Helper()
+	var c struct{ ID string }
+	require.NoError(t, json.Unmarshal(res.Response.Body, &c), "%s", res.Response.Body)
+	require.NotEmpty(t, c.ID, "%s", res.Response.Body)
+	return c.ID
+}

@@ -1,0 +1,149 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/webhooks"
+)
+
+// The webhook endpoints of every tenant, and one endpoint's recent
+// deliveries with every attempt. Secrets are never read: the endpoint
+// readers of package webhooks leave them out, and the pages print
+// "whsec_…" where one exists. URLs are printed without credentials or
+// query (redactURL).
+
+type endpointRow struct {
+	Tenant    string
+	ID, URL   string
+	Events    []string
+	CreatedAt time.Time
+	Pending   int64
+	Failed    int64
+}
+
+// endpointsSQL lists the live endpoints of every tenant, newest first,
+// with their pending and given-up deliveries; package webhooks lists one
+// tenant's (webhooks.List) and the console shows them all at once. The
+// pending count reads the partial index webhook_deliveries_due.
+const endpointsSQL = `
+SELECT t.name, e.id, e.url, e.events, e.created_at,
+       (SELECT count(*) FROM webhook_deliveries d
+         WHERE d.state = 'pending' AND d.tenant_id = e.tenant_id AND d.endpoint_id = e.id),
+       (SELECT count(*) FROM webhook_deliveries d
+         WHERE d.state = 'failed' AND d.tenant_id = e.tenant_id AND d.endpoint_id = e.id
+           AND d.event_created_at > phasepay_now() - interval '1 day')
+  FROM webhook_endpoints e JOIN tenants t ON t.id = e.tenant_id
+ WHERE e.deleted_at IS NULL
+ ORDER BY e.created_at DESC, e.id DESC
+ LIMIT 200`
+
+func (s *Server) webhookEndpoints(r *http.Request) (view, error) {
+	rows, err := s.cfg.Pool.Query(r.Context(), endpointsSQL)
+	if err != nil {
+		return view{}, fmt.Errorf("webhook endpoints: %w", err)
+	}
+	eps, err := pgx.CollectRows(rows, pgx.RowToStructByPos[endpointRow])
+	if err != nil {
+		return view{}, fmt.Errorf("webhook endpoints: %w", err)
+	}
+	return view{template: "webhooks", page: page{Title: "Webhook endpoints", Nav: "webhooks", Live: true, Data: eps}}, nil
+}
+
+// deliveryRow is one delivery of an event to the endpoint, with its
+// attempts.
+type deliveryRow struct {
+	EventID        string
+	EventType      string
+	EventCreatedAt time.Time
+	State          string
+	Attempts       int
+	NextAttemptAt  *time.Time
+	LastError      *string
+	Tries          []webhooks.Attempt
+}
+
+type endpointData struct {
+	Tenant     string
+	Endpoint   webhooks.Endpoint
+	Deliveries []deliveryRow
+}
+
+// endpointDeliveriesSQL reads an endpoint's deliveries of the last day,
+// newest event first, with every attempt of each. Deliveries are keyed by
+// event; the last day's partitions are what an operator looks at, and
+// the window keeps the read to them.
+const endpointDeliveriesSQL = `
+SELECT d.event_id, e.type, d.event_created_at, d.state, d.attempts,
+       CASE WHEN d.state = 'pending' THEN d.next_attempt_at END, d.last_error
+  FROM webhook_deliveries d
+  JOIN events e ON e.tenant_id = d.tenant_id AND e.id = d.event_id AND e.created_at = d.event_created_at
+ WHERE d.tenant_id = $1 AND d.endpoint_id = $2 AND d.event_created_at > phasepay_now() - interval '1 day'
+ ORDER BY d.event_created_at DESC, d.event_id DESC
+ LIMIT 100`
+
+const endpointAttemptsSQL = `
+SELECT event_id, attempt, attempted_at, coalesce(status_code, 0), latency_ms, coalesce(error, '')
+  FROM webhook_attempts
+ WHERE tenant_id = $1 AND endpoint_id = $2 AND event_id = ANY($3) AND event_created_at > phasepay_now() - interval '1 day'
+ ORDER BY event_id, attempt`
+
+func (s *Server) webhookEndpoint(r *http.Request) (view, error) {
+	ctx := r.Context()
+	q := r.URL.Query()
+	if !validText(q.Get("tenant")) || !validText(q.Get("id")) {
+		return view{}, errNotFound
+	}
+	t, err := tenants.ByName(ctx, s.cfg.Pool, q.Get("tenant"))
+	if errors.Is(err, tenants.ErrTenantNotFound) {
+		return view{}, errNotFound
+	} else if err != nil {
+		return view{}, err
+	}
+	ep, err := webhooks.Get(ctx, s.cfg.Pool, t.ID, q.Get("id"))
+	if errors.Is(err, webhooks.ErrNotFound) {
+		return view{}, errNotFound
+	} else if err != nil {
+		return view{}, err
+	}
+	ep.Secret = "" // never shown (Get does not read it either)
+	d := endpointData{Tenant: t.Name, Endpoint: ep}
+	rows, err := s.cfg.Pool.Query(ctx, endpointDeliveriesSQL, t.ID, ep.ID)
+	if err != nil {
+		return view{}, fmt.Errorf("deliveries to %s: %w", ep.ID, err)
+	}
+	if d.Deliveries, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (deliveryRow, error) {
+		var dr deliveryRow
+		return dr, row.Scan(&dr.EventID, &dr.EventType, &dr.EventCreatedAt, &dr.State, &dr.Attempts, &dr.NextAttemptAt, &dr.LastError)
+	}); err != nil {
+		return view{}, fmt.Errorf("deliveries to %s: %w", ep.ID, err)
+	}
+	ids := make([]string, len(d.Deliveries))
+	byEvent := map[string]*deliveryRow{}
+	for i := range d.Deliveries {
+		ids[i] = d.Deliveries[i].EventID
+		byEvent[ids[i]] = &d.Deliveries[i]
+	}
+	rows, err = s.cfg.Pool.Query(ctx, endpointAttemptsSQL, t.ID, ep.ID, ids)
+	if err != nil {
+		return view{}, fmt.Errorf("attempts to %s: %w", ep.ID, err)
+	}
+	var (
+		eventID string
+		a       webhooks.Attempt
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&eventID, &a.Attempt, &a.AttemptedAt, &a.StatusCode, &a.LatencyMS, &a.Error}, func() error {
+		if dr := byEvent[eventID]; dr != nil {
+			dr.Tries = append(dr.Tries, a)
+		}
+		return nil
+	}); err != nil {
+		return view{}, fmt.Errorf("attempts to %s: %w", ep.ID, err)
+	}
+	return view{template: "webhook", page: page{Title: "Webhook endpoint " + ep.ID, Nav: "webhooks", Live: true, Data: d}}, nil
+}
