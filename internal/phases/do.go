@@ -144,12 +144,17 @@ func claim[S any](ctx context.Context, e *Engine, op *registered[S], tenantID in
 		return reread(ctx, e, run, tenantID, key)
 	}
 	if err != nil {
-		if dbstate.Unavailable(err) && !q.Lease.Record.CreatedAt.IsZero() {
+		switch {
+		case !dbstate.Unavailable(err):
+		case !q.Lease.Record.CreatedAt.IsZero():
 			// The commit's answer was lost with the database after the
 			// claim's row was read: the claim may have committed, holding
-			// the key for a whole lease. (Lost before that row was read,
-			// the key, if it committed, waits out its lease.)
+			// the key for a whole lease though nothing runs it.
 			e.releaseLater(q.Lease, err)
+		default:
+			// Lost before that row was read back: the same, found by what
+			// this claim wrote.
+			e.releaseLostClaim(params, err)
 		}
 		return claimed[S]{}, fmt.Errorf("%s: %w", op.Name, dbstate.Wrap(err))
 	}

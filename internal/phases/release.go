@@ -78,23 +78,37 @@ func (e *Engine) release(ctx context.Context, lease *idempotency.Lease, objectID
 // with the database, is found again by the lookup by reference that
 // precedes any resend under the same PSP key. Wait waits for these to end.
 func (e *Engine) releaseLater(lease *idempotency.Lease, cause error) {
+	e.unlockLater(lease.Record.Key, cause, func(ctx context.Context) error { return lease.Unlock(ctx, e.pool) })
+}
+
+// releaseLostClaim is releaseLater for a claim whose answer was lost before
+// the key's row was read back: the claim may have committed, holding the
+// key for a whole lease, though nothing runs it (every retry would get 409
+// until the lease ran out). Not knowing the row's creation time, the
+// release finds the key by what this claim wrote
+// (idempotency.Store.UnlockLostClaim).
+func (e *Engine) releaseLostClaim(p idempotency.ClaimParams, cause error) {
+	e.unlockLater(p.Key, cause, func(ctx context.Context) error { return e.keys.UnlockLostClaim(ctx, e.pool, p) })
+}
+
+// unlockLater retries unlock until the database answers: see releaseLater.
+func (e *Engine) unlockLater(key string, cause error, unlock func(context.Context) error) {
 	giveUp := time.Now().Add(e.keys.Lease())
 	e.background.Go(func() {
 		pause := 100 * time.Millisecond
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			err := lease.Unlock(ctx, e.pool)
+			err := unlock(ctx)
 			cancel()
 			switch {
 			case err == nil:
-				e.log.Info("released the lease of a run the database failed under", "key", lease.Record.Key,
-					"cause", cause.Error())
+				e.log.Info("released the lease of a run the database failed under", "key", key, "cause", cause.Error())
 				return
 			case errors.Is(err, idempotency.ErrLeaseLost):
 				return
 			case !dbstate.Unavailable(err) || time.Now().Add(pause).After(giveUp):
 				e.log.Warn("could not release the lease of a run the database failed under; it runs out by itself",
-					"key", lease.Record.Key, "error", err.Error())
+					"key", key, "error", err.Error())
 				return
 			}
 			time.Sleep(pause)

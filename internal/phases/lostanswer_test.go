@@ -1,0 +1,134 @@
+package phases
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/harness/testdb"
+	"github.com/phasepay/phasepay/internal/dbstate"
+)
+
+// answerDropper stands between a pool and PostgreSQL and, once armed,
+// swallows the server's answer to the next exchange: it reads the answer
+// up to its ReadyForQuery (by then the exchange's implicit transaction has
+// committed) and then cuts the client's connection without forwarding a
+// byte of it. The client sees its commit's answer lost.
+type answerDropper struct {
+	ln     net.Listener
+	target string
+	armed  atomic.Bool
+	cut    chan struct{}
+}
+
+func newAnswerDropper(t *testing.T, target string) *answerDropper {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	d := &answerDropper{ln: ln, target: target, cut: make(chan struct{}, 1)}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { d.serve(client) })
+		}
+	})
+	return d
+}
+
+func (d *answerDropper) serve(client net.Conn) {
+	defer client.Close()
+	server, err := net.Dial("tcp", d.target)
+	if err != nil {
+		return
+	}
+	defer server.Close()
+	go func() { _, _ = io.Copy(server, client) }()
+	var (
+		buf   []byte
+		chunk = make([]byte, 32<<10)
+	)
+	for {
+		n, err := server.Read(chunk)
+		if err != nil {
+			return
+		}
+		if !d.armed.Load() {
+			if _, err := client.Write(chunk[:n]); err != nil {
+				return
+			}
+			continue
+		}
+		// Armed between exchanges, so the answer starts at a message.
+		buf = append(buf, chunk[:n]...)
+		for len(buf) >= 5 {
+			size := 1 + int(binary.BigEndian.Uint32(buf[1:5]))
+			if len(buf) < size {
+				break
+			}
+			if buf[0] == 'Z' { // ReadyForQuery: the exchange is over, committed
+				d.armed.Store(false)
+				d.cut <- struct{}{}
+				return // closes both connections: the answer is never read
+			}
+			buf = buf[size:]
+		}
+	}
+}
+
+// A claim whose answer was lost after the server committed it (the
+// connection dropped on the way back) held its key for a whole lease:
+// nothing ran it, and every retry got 409 until the lease ran out, because
+// the run knew too little of the row (not its creation time) to release
+// it. Now the run finds its claim by what it wrote and gives the lease up
+// once the database answers, without counting an attempt: the client's
+// next retry takes the key over and finishes it at once.
+func TestLostClaimAnswerReleasesTheLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := setupRaw(t)
+	u, err := url.Parse(w.url)
+	require.NoError(t, err)
+	dropper := newAnswerDropper(t, u.Host)
+	proxied := *u
+	proxied.Host = dropper.ln.Addr().String()
+	pool := testdb.Pool(t, proxied.String(), time.Time{}, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+	e, op := w.engine(t, pool)
+
+	// Statements prepared on the pool's one connection first, so that the
+	// next exchange is the claim itself.
+	_, err = Do(ctx, e, op, w.tenant, "warm", AsSent(w.raw("a", `{"n":1}`)))
+	require.NoError(t, err)
+
+	dropper.armed.Store(true)
+	_, err = Do(ctx, e, op, w.tenant, "lost", AsSent(w.raw("a", `{"n":1}`)))
+	require.Error(t, err)
+	require.True(t, dbstate.Unavailable(err), "%v", err)
+	<-dropper.cut
+	e.Wait()
+
+	direct := w.pool(t, 0)
+	rec, err := w.store.Lookup(ctx, direct, w.tenant, "lost")
+	require.NoError(t, err, "the claim committed though its answer was lost")
+	require.EqualValues(t, 1, rec.LockVersion)
+	require.False(t, rec.Leased, "the lost claim's lease was not released")
+	require.Zero(t, rec.Attempts, "a lost answer is not an attempt")
+
+	res, err := Do(ctx, e, op, w.tenant, "lost", AsSent(w.raw("a", `{"n":1}`)))
+	require.NoError(t, err, "the client's retry is not kept waiting for the lease")
+	require.Equal(t, OutcomeTakeover, res.Outcome)
+	require.Equal(t, 201, res.Response.Status)
+}
