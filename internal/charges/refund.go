@@ -128,7 +128,7 @@ func createRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) 
 func refundCall(o Operator) func(context.Context, *phases.Run[*Refund]) (psp.Outcome, error) {
 	return func(ctx context.Context, run *phases.Run[*Refund]) (psp.Outcome, error) {
 		r := run.Object
-		return o.OperateOutcome(ctx, psp.OperationRequest{
+		return operate(ctx, o, psp.OperationRequest{
 			Kind: psp.KindRefund, IdempotencyKey: r.ID + ":refund", FirstSend: run.Fresh,
 			Authorization: r.authorization, Amount: r.Amount, Reference: r.ID, PSP: r.psp,
 		})

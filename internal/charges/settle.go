@@ -1,6 +1,7 @@
 package charges
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -114,8 +115,16 @@ func settleCall(o Operator, kind psp.OperationKind, suffix string, amount func(*
 		if amount != nil {
 			req.Amount = amount(c, run.Request())
 		}
-		return o.OperateOutcome(ctx, req)
+		return operate(ctx, o, req)
 	}
+}
+
+// operate makes one capture, void or refund attempt, its outcome naming
+// the PSP it went to (a router names it; a single PSP's client does not).
+func operate(ctx context.Context, o Operator, req psp.OperationRequest) (psp.Outcome, error) {
+	out, err := o.OperateOutcome(ctx, req)
+	out.PSP = cmp.Or(out.PSP, req.PSP, DefaultPSP)
+	return out, err
 }
 
 // recordSettlementSQL writes the PSP's answer to a capture or void: the new
