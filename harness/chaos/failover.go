@@ -262,6 +262,11 @@ func (d *dbChaos) runFailover(ctx context.Context, k, n int, progress io.Writer)
 	d.recovering.Store(true)
 	rec, notRecovered, last := d.awaitRecovery(ctx, fo.Started)
 	d.recovering.Store(false)
+	// On the report's time axis: the primary's failure until the standby
+	// took writes, and every process's way back.
+	d.rec.Span("failover", fo.From, fmt.Sprintf("failover %d of %d (%s): %s → %s", k, n, fo.Kind, fo.From, fo.To), fo.Started, fo.Promoted)
+	d.rec.Span("db_recovery", "every api and reaper", "until every api answers /readyz 200 and every reaper reconnected",
+		fo.Started, fo.Started.Add(rec))
 	st := FailoverStat{Failover: fo, PromotedAfter: seconds(fo.Promoted.Sub(fo.Started)), RecoveredAfter: seconds(rec)}
 	d.mu.Lock()
 	d.failovers = append(d.failovers, st)

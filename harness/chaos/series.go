@@ -118,6 +118,18 @@ func (r *recorder) MarkAt(t time.Time, kind, target, note string) {
 	r.faults = append(r.faults, Fault{Kind: kind, Target: target, Start: at, End: at, Note: note})
 }
 
+// Span records a fault that lasted from from to to, known afterwards (a
+// failover: the monitor says when the promotion happened).
+func (r *recorder) Span(kind, target, note string, from, to time.Time) {
+	if r == nil {
+		return
+	}
+	start, end := r.since(from), r.since(to)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.faults = append(r.faults, Fault{Kind: kind, Target: target, Start: start, End: end, Note: note})
+}
+
 // Begin records the start of a fault that lasts; the function it returns
 // records its end (call it once).
 func (r *recorder) Begin(kind, target, note string) (end func()) {

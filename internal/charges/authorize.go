@@ -110,7 +110,7 @@ func createCharge(routes Routes) func(context.Context, *phases.Tx, *phases.Run[*
 //
 // With several PSPs the call goes to the charge's current attempt's PSP
 // under that attempt's key; a run that did not commit that attempt itself
-// first looks the charge up at every PSP attempted before (attempts.go).
+// first looks the charge up at every PSP attempted before (failover.go).
 func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Run[*Charge]) (psp.Outcome, error) {
 	return func(ctx context.Context, run *phases.Run[*Charge]) (psp.Outcome, error) {
 		c := run.Object
@@ -162,9 +162,7 @@ func recordAuthorization(routes Routes) func(context.Context, *phases.Tx, *phase
 		case out.Declined():
 			c.Status, c.PSPReference, c.DeclineCode, ended = StatusDeclined, &out.Authorization.ID, out.Authorization.DeclineCode, attemptDeclined
 		default: // refused: nothing was done at the PSP, and never will be
-			if next, ok := routes.Next(c.Currency, c.tried()); ok {
-				endAttempt(tx, c, cur, attemptRefused)
-				failOver(tx, run, routes, next)
+			if failedOver(tx, run, routes) {
 				return phases.Again(), nil
 			}
 			reason := cmp.Or(out.Reason, "refused by the payment service provider")
@@ -181,21 +179,6 @@ func recordAuthorization(routes Routes) func(context.Context, *phases.Tx, *phase
 		}
 		return phases.Next(), nil
 	}
-}
-
-// failOver moves a refused charge to its next PSP: a new attempt there,
-// recorded before anything is sent, and the charge's psp, in the
-// transaction that records the refusal; the run goes round the PSP call
-// again from charge_created (the caller answers phases.Again).
-func failOver(tx *phases.Tx, run *phases.Run[*Charge], routes Routes, next string) {
-	c := run.Object
-	from := c.current()
-	a := attempt{N: from.N + 1, PSP: next, Key: attemptKey(c.ID, from.N+1, false)}
-	fromPSP := from.PSP
-	insertAttempt(tx, c, a)
-	c.PSP = next
-	updateChargePSP(tx, c)
-	routes.CountFailover(fromPSP, next)
 }
 
 // response is the final answer for a charge the PSP has answered.

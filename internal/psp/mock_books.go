@@ -94,7 +94,7 @@ func (m *Mock) roll(rate float64) bool {
 // the key still on its way from a stalled worker (sent before the refusal,
 // arriving after it) could act at the PSP after phasepay recorded the
 // refusal as final, which no real PSP's refusal allows and phasepay's
-// outcome classes assume (charges, attempts.go). mu must be held.
+// outcome classes assume (charges, failover.go). mu must be held.
 func (m *Mock) reject(kind opKind, key string, f Faults) (outcome, bool) {
 	k := opKey{kind, key}
 	if !m.refused[k] && !m.roll(f.RejectRate) {

@@ -6,7 +6,7 @@
 // the Router sends it there.
 //
 // What routing never decides is when a charge may move to another PSP:
-// that is the charge's own rule (internal/charges, attempts.go), made on
+// that is the charge's own rule (internal/charges, failover.go), made on
 // the outcome class of an answer, never on a breaker. A breaker only
 // steers NEW charges, which is safe because nothing was sent anywhere yet.
 package routing
