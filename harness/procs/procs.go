@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -35,6 +36,31 @@ func Build(ctx context.Context, moduleDir, dir, tags string) error {
 		}
 	}
 	return nil
+}
+
+// Binaries returns dir when it is set (binaries built already), or builds
+// api, reaper and mockpsp with tags (Build) into a temporary directory of
+// the repository the go command runs in, which cleanup removes. It says
+// what it builds on progress.
+func Binaries(ctx context.Context, dir, tags string, progress io.Writer) (_ string, cleanup func(), err error) {
+	if dir != "" {
+		return dir, func() {}, nil
+	}
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", nil, fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	if dir, err = os.MkdirTemp("", "phasepay-bin-"); err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	fmt.Fprintf(progress, "building api, reaper, mockpsp (tags %q)\n", tags)
+	if err := Build(ctx, root, dir, tags); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return dir, cleanup, nil
 }
 
 // Process is one supervised binary: restarted after it dies until Stop.

@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -34,6 +33,7 @@ import (
 
 	"github.com/phasepay/phasepay/harness/chaos"
 	"github.com/phasepay/phasepay/harness/faults"
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 func main() {
@@ -128,25 +128,13 @@ func run(args []string, stdout io.Writer) int {
 		return 0
 	}
 
-	if *binDir == "" {
-		dir, err := os.MkdirTemp("", "phasepay-chaos-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "chaos:", err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		root, err := moduleRoot()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "chaos:", err)
-			return 1
-		}
-		fmt.Fprintln(os.Stderr, "building api, reaper, mockpsp with -tags chaos")
-		if err := chaos.Build(ctx, root, dir); err != nil {
-			fmt.Fprintln(os.Stderr, "chaos:", err)
-			return 1
-		}
-		*binDir = dir
+	dir, cleanup, err := procs.Binaries(ctx, *binDir, "chaos", os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		return 1
 	}
+	defer cleanup()
+	*binDir = dir
 	cfg.BinDir = *binDir
 
 	sum, err := chaos.Run(ctx, cfg)
@@ -203,12 +191,4 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
-}
-
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out))), nil
 }

@@ -25,15 +25,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/phasepay/phasepay/harness/chaos"
 	"github.com/phasepay/phasepay/harness/formation"
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 func main() {
@@ -91,25 +90,13 @@ func run(args []string, stdout io.Writer) int {
 	cfg.OutageGap = 15 * time.Second
 	cfg.Progress = os.Stderr
 
-	if *binDir == "" {
-		dir, err := os.MkdirTemp("", "phasepay-failover-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "failover:", err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		root, err := moduleRoot()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "failover:", err)
-			return 1
-		}
-		fmt.Fprintln(os.Stderr, "building api, reaper, mockpsp with -tags chaos")
-		if err := chaos.Build(ctx, root, dir); err != nil {
-			fmt.Fprintln(os.Stderr, "failover:", err)
-			return 1
-		}
-		*binDir = dir
+	dir, cleanup, err := procs.Binaries(ctx, *binDir, "chaos", os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "failover:", err)
+		return 1
 	}
+	defer cleanup()
+	*binDir = dir
 	cfg.BinDir = *binDir
 
 	started := time.Now()
@@ -170,12 +157,4 @@ func verdict(sum *chaos.Summary, async bool, stdout io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out))), nil
 }

@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -92,25 +91,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.Progress = stderr
 
-	if *binDir == "" {
-		dir, err := os.MkdirTemp("", "phasepay-soak-")
-		if err != nil {
-			fmt.Fprintln(stderr, "soak:", err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		root, err := moduleRoot()
-		if err != nil {
-			fmt.Fprintln(stderr, "soak:", err)
-			return 1
-		}
-		fmt.Fprintln(stderr, "building api, reaper, mockpsp")
-		if err := procs.Build(ctx, root, dir, ""); err != nil {
-			fmt.Fprintln(stderr, "soak:", err)
-			return 1
-		}
-		*binDir = dir
+	dir, cleanup, err := procs.Binaries(ctx, *binDir, "", stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "soak:", err)
+		return 1
 	}
+	defer cleanup()
+	*binDir = dir
 	cfg.BinDir = *binDir
 
 	res, err := soak.Run(ctx, cfg)
@@ -182,12 +169,4 @@ func shortDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
-}
-
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out))), nil
 }
