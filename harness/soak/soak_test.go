@@ -90,11 +90,18 @@ func TestSoakShortRun(t *testing.T) {
 	for _, table := range []string{"idempotency_keys", "events", "webhook_deliveries"} {
 		inWindow = append(inWindow, seriesName(famPartitions, table))
 	}
-	for _, op := range []string{opNew, opReplay, opCapture, opRefund, opWebhook} {
-		inWindow = append(inWindow, seriesName(famLatencyP50, op), seriesName(famLatencyP99, op))
-	}
 	for _, name := range inWindow {
 		require.Equal(t, 9, series(name).Samples, "%s: a point at each of the last 75%% of 12 samples", name)
+	}
+	// A latency has a point only where an operation of its kind ended in
+	// the 3-second interval: on a loaded machine a webhook attempt (slow
+	// by design, up to 3 s of the sink's own) can miss one, as make test
+	// once saw. Six of the window's nine still make a slope.
+	for _, op := range []string{opNew, opReplay, opCapture, opRefund, opWebhook} {
+		for _, name := range []string{seriesName(famLatencyP50, op), seriesName(famLatencyP99, op)} {
+			require.GreaterOrEqual(t, series(name).Samples, 6, "%s: a point at most of the last 75%% of 12 samples", name)
+			require.LessOrEqual(t, series(name).Samples, 9, name)
+		}
 	}
 
 	// Every judged series has a verdict, and the run passes exactly when
