@@ -96,6 +96,72 @@ func ABMarkdown(w io.Writer, results []*Result) {
 	ra := ABRatios(a, b)
 	fmt.Fprintf(w, "\nB ÷ A (means): database CPU %.3f, statement time %.3f, WAL bytes %.3f, index entries %.3f\n",
 		ra.DatabaseCPU, ra.StatementTime, ra.WALBytes, ra.IndexEntries)
+	for i := range min(len(a), len(b)) {
+		p := ABRatios(a[i:i+1], b[i:i+1])
+		fmt.Fprintf(w, "- pair %d: database CPU %.3f, statement time %.3f\n", i+1, p.DatabaseCPU, p.StatementTime)
+	}
+	fmt.Fprintf(w, "\n| statement | A mean ms | B mean ms | B ÷ A | B lower in |\n|---|---:|---:|---:|---:|\n")
+	for _, s := range StatementRatios(a, b) {
+		fmt.Fprintf(w, "| `%s` | %.4f | %.4f | %.3f | %d of %d pairs |\n", shorten(s.Query, 70), s.AMeanMS, s.BMeanMS, s.Ratio, s.BLower, s.Pairs)
+	}
+}
+
+// StatementRatio is one statement's mean time per call on each side.
+type StatementRatio struct {
+	Query   string  `json:"query"`
+	AMeanMS float64 `json:"a_mean_ms"`
+	BMeanMS float64 `json:"b_mean_ms"`
+	Ratio   float64 `json:"b_over_a"`
+	// BLower is in how many of Pairs (the i-th A run against the i-th B
+	// run) B's mean was lower.
+	BLower int `json:"b_lower"`
+	Pairs  int `json:"pairs"`
+}
+
+// StatementRatios pairs the statements A and B both ran at least once per
+// charge (a migration may change a statement's text only if the code
+// changes too, which an A/B of a schema does not), ordered by A's time per
+// charge.
+func StatementRatios(a, b []*Result) []StatementRatio {
+	if len(a) == 0 || len(b) == 0 {
+		return nil
+	}
+	meanOf := func(r *Result, q string) (float64, bool) {
+		for _, s := range r.Statements {
+			if s.Query == q {
+				return s.MeanMS, true
+			}
+		}
+		return 0, false
+	}
+	var out []StatementRatio
+	for _, s := range a[0].Statements {
+		if s.CallsPerCharge < 0.5 {
+			continue
+		}
+		sr := StatementRatio{Query: s.Query}
+		var sa, sb float64
+		ok := true
+		for i := range min(len(a), len(b)) {
+			ma, okA := meanOf(a[i], s.Query)
+			mb, okB := meanOf(b[i], s.Query)
+			if !okA || !okB {
+				ok = false
+				break
+			}
+			sa, sb = sa+ma, sb+mb
+			sr.Pairs++
+			if mb < ma {
+				sr.BLower++
+			}
+		}
+		if !ok || sr.Pairs == 0 || sa == 0 {
+			continue
+		}
+		sr.AMeanMS, sr.BMeanMS, sr.Ratio = sa/float64(sr.Pairs), sb/float64(sr.Pairs), sb/sa
+		out = append(out, sr)
+	}
+	return out
 }
 
 func entries(r *Result) float64 {

@@ -38,3 +38,23 @@ func TestABRatiosAreBOverTheMeansOfA(t *testing.T) {
 	require.InDelta(t, 0.9, r.StatementTime, 1e-9)
 	require.Zero(t, r.WALBytes, "no WAL measured on A: no ratio")
 }
+
+func TestStatementRatiosPairTheSameStatementOnBothSides(t *testing.T) {
+	t.Parallel()
+	run := func(insert, update float64) *Result {
+		return &Result{Statements: []StatementPerCharge{
+			{Query: "INSERT", CallsPerCharge: 1, MeanMS: insert},
+			{Query: "UPDATE", CallsPerCharge: 1, MeanMS: update},
+			{Query: "SELECT rare", CallsPerCharge: 0.01, MeanMS: 5},
+		}}
+	}
+	a := []*Result{run(0.10, 0.08), run(0.12, 0.08)}
+	b := []*Result{run(0.08, 0.09), run(0.09, 0.07)}
+	r := StatementRatios(a, b)
+	require.Len(t, r, 2, "a statement run less than once per charge is left out")
+	require.Equal(t, "INSERT", r[0].Query)
+	require.InDelta(t, 0.17/0.22, r[0].Ratio, 1e-9)
+	require.Equal(t, 2, r[0].BLower)
+	require.Equal(t, 1, r[1].BLower, "B lower in one pair of two")
+	require.Equal(t, 2, r[1].Pairs)
+}

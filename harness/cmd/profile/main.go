@@ -56,7 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 				b = append(b, r)
 			}
 		}
-		doc = map[string]any{"ab_version": cfg.AB, "runs": results, "b_over_a": profile.ABRatios(a, b)}
+		doc = map[string]any{"ab_version": cfg.AB, "runs": results, "b_over_a": profile.ABRatios(a, b),
+			"statements_b_over_a": profile.StatementRatios(a, b)}
 	} else {
 		profile.Markdown(stdout, results[0])
 	}
