@@ -12,7 +12,7 @@ BINARIES := bin/api bin/reaper bin/mockpsp
 # not reach into it, so every target names it too.
 CLIENT := github.com/phasepay/phasepay/client/...
 
-.PHONY: all build run test fuzz vet lint pg pg-test pgbouncer pg-auto-failover chromium screenshots chaos failover bench soak clean
+.PHONY: all build run test fuzz vet lint pg pg-test pgbouncer pg-auto-failover chromium screenshots chaos failover bench profile soak clean
 
 all: build
 
@@ -95,6 +95,14 @@ failover: pg-auto-failover
 ## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/ and draws the plots of docs/benchmarks.md (docs/benchmarks/*.svg)
 bench: build pg pgbouncer
 	$(GO) run ./harness/cmd/bench
+
+## profile: what one new charge costs the database, per statement, table and index (pg_stat_statements, table counters, pg_waldump), its WAL and full-page images, the database's and the api's CPU and the api's CPU profile, on a throw-away cluster (never the server on 5432); PROFILE_AB=VERSION profiles the schema up to that migration against the latest instead (A B A B); writes bench/results/profile.json (profile-ab-VERSION.json)
+PROFILE_CHARGES ?= 3000
+PROFILE_CLIENTS ?= 8
+PROFILE_AB ?=
+profile:
+	$(GO) run ./harness/cmd/profile -charges $(PROFILE_CHARGES) -clients $(PROFILE_CLIENTS) \
+		$(if $(PROFILE_AB),-ab $(PROFILE_AB) -json bench/results/profile-ab-$(PROFILE_AB).json,-json bench/results/profile.json)
 
 ## soak: an hour of steady load (SOAK=10m for a short run) on a throw-away cluster with autovacuum on: new charges, replays, captures, refunds, webhook deliveries, a worker killed every 3 minutes; every process's memory, goroutines, files and connections, each operation's p50/p99, dead tuples and index size per table, partitions and WAL per charge sampled every minute; fails when a series climbs over the last 75%; writes bench/results/soak.json (soak-$(SOAK).json for a short run) and a plot per series
 SOAK ?= 60m

@@ -21,7 +21,12 @@ var FS embed.FS
 
 // Up applies every pending migration. It is safe to run twice and from two
 // processes at once: goose takes a session advisory lock around the run.
-func Up(ctx context.Context, db *sql.DB) error {
+func Up(ctx context.Context, db *sql.DB) error { return UpTo(ctx, db, 0) }
+
+// UpTo applies the pending migrations up to version and including it; 0
+// means every one (Up). The profile's A/B mode (harness/profile) compares
+// a schema without a migration against one with it.
+func UpTo(ctx context.Context, db *sql.DB, version int64) error {
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {
 		return fmt.Errorf("migrations: locker: %w", err)
@@ -32,19 +37,27 @@ func Up(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
-	if _, err := p.Up(ctx); err != nil {
+	if version == 0 {
+		_, err = p.Up(ctx)
+	} else {
+		_, err = p.UpTo(ctx, version)
+	}
+	if err != nil {
 		return fmt.Errorf("migrations: up: %w", err)
 	}
 	return nil
 }
 
 // UpURL applies every pending migration to the database at url.
-func UpURL(ctx context.Context, url string) error {
+func UpURL(ctx context.Context, url string) error { return UpToURL(ctx, url, 0) }
+
+// UpToURL is UpTo on the database at url.
+func UpToURL(ctx context.Context, url string, version int64) error {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
-	return Up(ctx, db)
+	return UpTo(ctx, db, version)
 }

@@ -188,6 +188,13 @@ func (c *Cluster) init(ctx context.Context) error {
 // Port returns the server's TCP port on 127.0.0.1.
 func (c *Cluster) Port() int { return c.cfg.Port }
 
+// BinDir returns the directory of the server's binaries (initdb,
+// postgres, pg_waldump).
+func (c *Cluster) BinDir() string { return c.cfg.BinDir }
+
+// DataDir returns the cluster's data directory (its pg_wal among it).
+func (c *Cluster) DataDir() string { return c.dataDir }
+
 // Dir returns the cluster's temporary directory (data/ and server.log).
 func (c *Cluster) Dir() string { return c.dir }
 

@@ -160,6 +160,16 @@ func (p *Process) Done() <-chan struct{} {
 	return p.done
 }
 
+// Pid is the current incarnation's process id; 0 before Start.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Restarts is how many times the supervisor has started the process again.
 func (p *Process) Restarts() int {
 	p.mu.Lock()
