@@ -17,15 +17,11 @@ import (
 // index took how many entries, including the ones no statistics view
 // counts (pg_stat_user_indexes counts scans, not inserts).
 
-// btreeKinds are the B-tree record kinds counted, as pg_waldump names them
-// (PostgreSQL 15): a new leaf entry (INSERT_LEAF; INSERT_POST when it
-// splits a posting list), a downlink into an inner page (INSERT_UPPER,
-// INSERT_META), a page split (SPLIT_L, SPLIT_R), a new root and a
-// deduplication pass.
-var btreeKinds = []string{"INSERT_LEAF", "INSERT_POST", "INSERT_UPPER", "INSERT_META", "SPLIT_L", "SPLIT_R", "NEWROOT", "DEDUP"}
-
 // WALCounts is the B-tree records of a WAL range: relfilenode → kind →
-// records.
+// records, the kind as pg_waldump (PostgreSQL 15) names it: a new leaf
+// entry (INSERT_LEAF; INSERT_POST when it splits a posting list), a
+// downlink into an inner page (INSERT_UPPER, INSERT_META), a page split
+// (SPLIT_L, SPLIT_R), a new root (NEWROOT) and a deduplication pass (DEDUP).
 type WALCounts map[uint32]map[string]int
 
 // parseWaldumpLine reads one line of pg_waldump's output:
