@@ -271,6 +271,10 @@ func (d *dbChaos) runFailover(ctx context.Context, k, n int, progress io.Writer)
 	d.mu.Lock()
 	d.failovers = append(d.failovers, st)
 	d.down += fo.Promoted.Sub(fo.Started)
+	// A failover is a database outage to the webhook check as a restart
+	// is: events committed just before it wait for the promotion and the
+	// processes' way back, which no delivery design can beat.
+	d.windows = append(d.windows, downWindow{from: fo.Started, to: fo.Started.Add(rec)})
 	d.maxRecovery = max(d.maxRecovery, rec)
 	d.mu.Unlock()
 	if len(notRecovered) > 0 {
