@@ -24,8 +24,6 @@ type CPUCost struct {
 }
 
 // The /proc readers live in harness/procs, shared with harness/profile.
-const clockTicks = procs.ClockTicks
-
 var (
 	machineTicks = procs.MachineTicks
 	processTicks = procs.ProcessTicks
@@ -79,12 +77,8 @@ func (e *env) costed(ctx context.Context, f func() LoadResult) LoadResult {
 	if err != nil {
 		return r
 	}
-	var db int64
-	for pid, t := range after.backends {
-		db += t - before.backends[pid]
-	}
-	perReq := func(ticks int64) float64 { return float64(ticks) * 1000 / clockTicks / float64(r.Requests) }
-	r.CPU = &CPUCost{Machine: perReq(after.machine - before.machine), Database: perReq(db)}
+	perReq := func(ticks int64) float64 { return procs.TicksToMillis(ticks) / float64(r.Requests) }
+	r.CPU = &CPUCost{Machine: perReq(after.machine - before.machine), Database: perReq(procs.TicksSince(before.backends, after.backends))}
 	return r
 }
 

@@ -78,7 +78,7 @@ func (e *env) timelineCost(ctx context.Context, res *Results) error {
 			if r.CPU != nil && r.Requests > 0 {
 				// The api's CPU per request rides in Machine's place: what
 				// this step compares is the api's and the database's.
-				r.CPU.Machine = float64(processTicks(api.cmd.Process.Pid)-before) * 1000 / clockTicks / float64(r.Requests)
+				r.CPU.Machine = procs.TicksToMillis(processTicks(api.cmd.Process.Pid)-before) / float64(r.Requests)
 			}
 			return r
 		}

@@ -14,6 +14,17 @@ const ClockTicks = 100
 // TicksToMillis converts /proc's clock ticks to milliseconds.
 func TicksToMillis(ticks int64) float64 { return float64(ticks) * 1000 / ClockTicks }
 
+// TicksSince sums after − before over after's processes (pid → ticks): a
+// process that started between the two counts from zero, one that ended
+// is missed, which a pool under load does not do.
+func TicksSince(before, after map[int]int64) int64 {
+	var d int64
+	for pid, t := range after {
+		d += t - before[pid]
+	}
+	return d
+}
+
 // MachineTicks is the CPU time every process of the machine has used, from
 // /proc/stat's first line (user, nice, system, irq, softirq, steal: not
 // idle or iowait).

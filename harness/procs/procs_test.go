@@ -59,3 +59,11 @@ func TestSIGKILLFromElsewhereIsAnUnplannedExit(t *testing.T) {
 	require.Eventually(t, func() bool { return len(p.UnplannedExits()) >= 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Contains(t, p.UnplannedExits()[0], "signal: killed")
 }
+
+func TestTicksSinceCountsNewProcessesFromZero(t *testing.T) {
+	t.Parallel()
+	before := map[int]int64{1: 100, 2: 50, 3: 70}
+	after := map[int]int64{1: 130, 2: 50, 4: 9} // 3 ended, 4 started
+	require.Equal(t, int64(30+0+9), TicksSince(before, after))
+	require.InDelta(t, 390.0, TicksToMillis(39), 1e-9)
+}

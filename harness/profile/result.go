@@ -2,6 +2,8 @@ package profile
 
 import (
 	"sort"
+
+	"github.com/phasepay/phasepay/harness/procs"
 )
 
 // Result is one run's cost per new charge.
@@ -76,10 +78,10 @@ type WALPerCharge struct {
 
 func (r *Result) fill(stmts []Statement, tables map[string]TableCounts, before, after snapshot) {
 	n := float64(r.Charges)
-	ms := func(ticks int64) float64 { return float64(ticks) * 1000 / 100 / n }
+	ms := func(ticks int64) float64 { return procs.TicksToMillis(ticks) / n }
 	r.CPU = CPU{
-		Database:   ms(ticksDelta(before.backend, after.backend)),
-		Background: ms(ticksDelta(before.other, after.other)),
+		Database:   ms(procs.TicksSince(before.backend, after.backend)),
+		Background: ms(procs.TicksSince(before.other, after.other)),
 		API:        ms(after.api - before.api),
 	}
 	var total float64

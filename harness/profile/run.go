@@ -47,16 +47,6 @@ func readCPU(ctx context.Context, conn *pgx.Conn, s *snapshot) error {
 	return err
 }
 
-// ticksDelta sums after − before over after's processes; one that
-// started during the run counts from zero.
-func ticksDelta(before, after map[int]int64) int64 {
-	var d int64
-	for pid, t := range after {
-		d += t - before[pid]
-	}
-	return d
-}
-
 // run profiles one run of the api against db: warm-up, ANALYZE, reset of
 // pg_stat_statements, the measured charges, and what they cost.
 func (s *stack) run(ctx context.Context, db *database, tag string, pprof bool) (*Result, error) {
