@@ -37,8 +37,9 @@ var screenshots = flag.String("screenshots", "", "directory to write the console
 // of everything (a charge captured and refunded, one declined, one that
 // needs attention, one taken over by a reaper after its worker crashed in
 // the PSP call, a webhook endpoint whose deliveries failed once): each
-// renders without an error, streams its live region (the script connected,
-// which the Content-Security-Policy would have stopped had it been inline),
+// renders without an error, streams its live region (the script connected
+// and took an update, its clock in UTC; the Content-Security-Policy would
+// have stopped it had it been inline),
 // and is photographed.
 func TestEveryPageRendersInABrowser(t *testing.T) {
 	t.Parallel()
@@ -61,7 +62,7 @@ func TestEveryPageRendersInABrowser(t *testing.T) {
 	} {
 		_, err := chromedp.Run(browser, chromedp.Steps(chromedp.Navigate(w.Base+path), chromedp.WaitVisible(chromedp.CSS("#live"))))
 		require.NoError(t, err, name)
-		poll(t, browser, `document.getElementById("live-status").textContent.startsWith("live")`, 10*time.Second)
+		poll(t, browser, `document.getElementById("live-status").textContent.endsWith(" UTC")`, 10*time.Second)
 		_, err = chromedp.Run(browser, chromedp.WaitNotPresent(chromedp.CSS("#error")))
 		require.NoError(t, err, "%s shows an error", name)
 		if name == "request" {
