@@ -12,8 +12,9 @@ import (
 // referenceTables are small tables a distributed PostgreSQL (docs/scaling.md)
 // would replicate to every node rather than shard by tenant: tenants
 // itself, api_keys, which is looked up by key hash before the tenant is
-// known, and object_id_secret, one row every node derives ids with.
-var referenceTables = map[string]bool{"tenants": true, "api_keys": true, "object_id_secret": true}
+// known, object_id_secret, one row every node derives ids with, and
+// console_sessions, the operator console's, which belong to no tenant.
+var referenceTables = map[string]bool{"tenants": true, "api_keys": true, "object_id_secret": true, "console_sessions": true}
 
 // The path to sharding by tenant stays open only while tenant_id leads
 // every primary key, foreign key and unique constraint or index of the

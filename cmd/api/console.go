@@ -42,7 +42,12 @@ reaper has them, for the partitions' drop dates.
 Whoever holds the operator token may use it: CONSOLE_TOKEN (at least 16
 characters, never a tenant's API key), or a token generated at start and
 printed on stdout with a link that logs in. Scripts send it as
-"Authorization: Bearer TOKEN".`,
+"Authorization: Bearer TOKEN". After 5 wrong tokens within a minute, an
+address is answered 429 for a minute.
+
+It answers only to its listen address, localhost at its port, and the
+names in CONSOLE_HOSTS (comma-separated, "name" or "name:port"): list the
+name a proxy in front of it is reached by.`,
 	flags: func(fs *flag.FlagSet) action {
 		addr := fs.String("addr", "", "listen address (default CONSOLE_ADDR, else "+ConsoleAddrDefault+")")
 		return func(ctx context.Context, inv *invocation) error {
@@ -64,6 +69,7 @@ printed on stdout with a link that logs in. Scripts send it as
 // consoleEnv is the console's own configuration.
 type consoleEnv struct {
 	addr                       string
+	hosts                      []string
 	token                      string
 	generated                  bool
 	retention, eventsRetention time.Duration
@@ -71,6 +77,11 @@ type consoleEnv struct {
 
 func parseConsoleEnv(getenv func(string) string) (consoleEnv, error) {
 	c := consoleEnv{addr: envconfig.String(getenv, "CONSOLE_ADDR", ConsoleAddrDefault), token: getenv("CONSOLE_TOKEN")}
+	for h := range strings.SplitSeq(getenv("CONSOLE_HOSTS"), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			c.hosts = append(c.hosts, h)
+		}
+	}
 	var err error
 	if c.retention, err = envconfig.Duration(getenv, "RETENTION", reaper.RetentionDefault); err != nil {
 		return consoleEnv{}, err
@@ -121,16 +132,17 @@ func runConsole(ctx context.Context, inv *invocation, cc consoleEnv) error {
 	if err != nil {
 		return err
 	}
-	srv, err := console.New(console.Config{Pool: pool, Desk: desk, Token: cc.token, Routing: inv.cfg.Routing,
-		Retention: cc.retention, EventsRetention: cc.eventsRetention, Logger: inv.logger})
-	if err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", cc.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	defer ln.Close() //nolint:errcheck // closed by the server's shutdown, or here on an error before it
 	addr := ln.Addr().String()
+	srv, err := console.New(console.Config{Pool: pool, Desk: desk, Token: cc.token, Addr: addr, Hosts: cc.hosts,
+		Routing: inv.cfg.Routing, Retention: cc.retention, EventsRetention: cc.eventsRetention, Logger: inv.logger})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
 	if !isLoopback(addr) {
 		inv.logger.Warn("the console listens beyond this machine: put TLS in front of it, the token travels with every request", "addr", addr)
 	}

@@ -14,9 +14,10 @@ import (
 
 // The operator's levers, from the request's page: POST forms carrying the
 // session's CSRF token (auth.go), acting through the operator desk, the
-// same code as `api requests retry|resolve`. A lever that worked redirects
-// to the request's page (so a reload does not act twice); one that did not
-// shows the page again with the reason.
+// same code as `api requests retry|resolve`. Whether a lever acted or was
+// refused, it redirects to the request's page (POST-redirect-GET), saying
+// which: a reload does not post again, and the page's live stream asks for
+// the page's own address, never a lever's (which answers POST only).
 
 func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 	tenant, key := r.PostFormValue("tenant"), r.PostFormValue("key")
@@ -55,8 +56,10 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	s.acted(w, r, tenant, key, "resolved", err)
 }
 
-// acted answers a lever: a redirect to the request's page after it
-// worked, the page with the reason when it did not.
+// acted answers a lever with a redirect to the request's page: with the
+// fixed text of what it did, or with the reason it did not act, signed for
+// the session (auth.go) so that no link of anyone else's can put words
+// on the page.
 func (s *Server) acted(w http.ResponseWriter, r *http.Request, tenant, key, what string, err error) {
 	if err == nil {
 		http.Redirect(w, r, requestURL(tenant, key)+"&"+url.Values{"did": {what}}.Encode(), http.StatusSeeOther)
@@ -66,13 +69,8 @@ func (s *Server) acted(w http.ResponseWriter, r *http.Request, tenant, key, what
 	if status == http.StatusInternalServerError {
 		s.cfg.Logger.Error("console: "+what+" failed", "tenant", tenant, "key", key, "error", err.Error())
 	}
-	d, rerr := s.requestData(r.Context(), tenant, key)
-	if rerr != nil {
-		s.fail(w, r, rerr)
-		return
-	}
-	s.render(w, r, view{template: "request", status: status,
-		page: page{Title: "Request " + key, Nav: "requests", Live: true, Error: msg, Data: d}})
+	q := url.Values{"refused": {msg}, "sig": {s.auth.signRefusal(r, msg)}}
+	http.Redirect(w, r, requestURL(tenant, key)+"&"+q.Encode(), http.StatusSeeOther)
 }
 
 // leverRefusal is the status and the operator-facing reason of a lever

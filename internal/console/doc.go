@@ -41,13 +41,19 @@
 // The console listens on 127.0.0.1 by default and admits whoever presents
 // the operator token (CONSOLE_TOKEN, or one generated at start and printed
 // on stdout), compared in constant time: as a bearer token, or once on
-// /login, after which a signed session cookie (HttpOnly, SameSite=Strict,
-// 12 hours) stands for it. A tenant's API key is never an operator token:
-// the console refuses to start with one. Retry and resolve are POST forms
-// carrying a CSRF token derived from the session, behind net/http's
-// cross-origin protection, and act through package operator, the same
-// code `api requests retry|resolve` runs, so a resolution from the browser
-// is looked up at the PSP and audited exactly as one from a shell. No
-// secret is shown: webhook secrets are never read, and URLs are printed
-// without their credentials or query.
+// /login, after which a session stands for it: a row of console_sessions
+// that POST /logout deletes, named by an HttpOnly, SameSite=Strict cookie
+// (12 hours) signed under a key derived from the token. A tenant's API key
+// is never an operator token: the console refuses to start with one.
+// Retry and resolve are POST forms carrying a CSRF token derived from the
+// session, behind net/http's cross-origin protection, and act through
+// package operator, the same code `api requests retry|resolve` runs, so a
+// resolution from the browser is looked up at the PSP and audited exactly
+// as one from a shell. No secret is shown: webhook secrets are never read,
+// and URLs are printed without their credentials or query.
+//
+// Its doors (auth.go, guard.go): a login link goes on only to a path of
+// the console; a request naming another Host than the console's own names
+// (CONSOLE_HOSTS) is refused, against DNS rebinding; an address that sent
+// 5 wrong tokens within a minute is refused for a minute.
 package console

@@ -10,7 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,12 +38,17 @@ type world struct {
 	// stands at T0).
 	Live   *pgxpool.Pool
 	Base   string // the console's base URL
+	Addr   string // its listen address
 	PSPURL string
+	// Posts counts the POSTs the console received.
+	Posts *atomic.Int64
+	desk  *operator.Desk
 }
 
 // newWorld starts a console on a fresh database with one tenant ("t"),
-// whose desk resolves against the bundle's mock PSP.
-func newWorld(t *testing.T) *world {
+// whose desk resolves against the bundle's mock PSP; opts adjust the
+// console's configuration.
+func newWorld(t *testing.T, opts ...func(*console.Config)) *world {
 	t.Helper()
 	b := chargestest.Setup(t, idempotency.Config{})
 	// A few connections: the tests share the server with every other
@@ -54,11 +59,24 @@ func newWorld(t *testing.T) *world {
 	desk, err := operator.New(live, operator.Config{Keys: idempotency.Config{Lease: time.Minute, NeedsAttention: events.NeedsAttention}, PSPURL: pspSrv.URL})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = desk.Close(context.Background()) })
-	srv, err := console.New(console.Config{Pool: live, Desk: desk, Token: testToken, Refresh: 200 * time.Millisecond})
+	hs := httptest.NewUnstartedServer(nil)
+	addr := hs.Listener.Addr().String()
+	cfg := console.Config{Pool: live, Desk: desk, Token: testToken, Addr: addr, Refresh: 200 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := console.New(cfg)
 	require.NoError(t, err)
-	hs := httptest.NewServer(srv.Handler())
+	posts := &atomic.Int64{}
+	hs.Config.Handler = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			posts.Add(1)
+		}
+		srv.Handler().ServeHTTP(rw, r)
+	})
+	hs.Start()
 	t.Cleanup(hs.Close)
-	return &world{Bundle: b, Live: live, Base: hs.URL, PSPURL: pspSrv.URL}
+	return &world{Bundle: b, Live: live, Base: hs.URL, Addr: addr, PSPURL: pspSrv.URL, Posts: posts, desk: desk}
 }
 
 // service is a worker on the real clock with its own key configuration.
@@ -99,70 +117,10 @@ func (w *world) client(t *testing.T) *http.Client {
 	return c
 }
 
-// The browser: one headless Chromium for the package's tests, a tab each.
-
-var (
-	browserOnce  sync.Once
-	browserCtx   context.Context
-	browserErr   error
-	closeBrowser = func() {}
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
 	closeBrowser()
 	os.Exit(code)
-}
-
-// chromium is Debian's package, installed by scripts/install-chromium
-// (make test runs it first).
-const chromium = "/usr/bin/chromium"
-
-// tab opens a new tab of the shared browser, logged in to base, with a
-// deadline for everything it does.
-func tab(t *testing.T, base string) context.Context {
-	t.Helper()
-	browserOnce.Do(func() {
-		if _, err := os.Stat(chromium); err != nil {
-			browserErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "phasepay-console-chromium-")
-		if err != nil {
-			browserErr = err
-			return
-		}
-		alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-			chromedp.ExecPath(chromium),
-			chromedp.Flag("headless", true),
-			chromedp.Flag("no-sandbox", true),
-			chromedp.Flag("disable-gpu", true),
-			chromedp.Flag("disable-background-networking", true),
-			chromedp.Flag("disable-component-update", true),
-			chromedp.Flag("disable-sync", true),
-			chromedp.Flag("no-first-run", true),
-			chromedp.Flag("hide-scrollbars", true),
-			chromedp.WindowSize(1280, 900),
-			chromedp.UserDataDir(dir),
-		)
-		var cancelBrowser context.CancelFunc
-		browserCtx, cancelBrowser = chromedp.NewContext(alloc)
-		closeBrowser = func() {
-			cancelBrowser()
-			cancelAlloc()
-			_ = os.RemoveAll(dir)
-		}
-		// Start the browser now, once, so that a test's deadline does not
-		// include it.
-		browserErr = chromedp.Do(browserCtx)
-	})
-	require.NoError(t, browserErr, "headless Chromium at %s: run scripts/install-chromium (make test does)", chromium)
-	ctx, cancel := chromedp.NewContext(browserCtx)
-	t.Cleanup(cancel)
-	ctx, cancelT := context.WithTimeout(ctx, 30*time.Second)
-	t.Cleanup(cancelT)
-	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/login?token="+url.QueryEscape(testToken))))
-	return ctx
 }
 
 // text reads the text of the first node sel matches, in one evaluation:

@@ -44,6 +44,14 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, h pageFunc) {
 			return
 		case <-tick.C:
 		}
+		// A session ended by a logout (in another tab, or at another
+		// console) ends its streams: they would go on showing every
+		// tenant's requests.
+		if c := session(r); c != "" {
+			if ok, err := s.auth.sessionValid(r.Context(), c); err == nil && !ok {
+				return
+			}
+		}
 		var b bytes.Buffer
 		v, err := s.build(r, h)
 		if err == nil {
@@ -66,20 +74,33 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, h pageFunc) {
 			continue
 		}
 		last = b.Bytes()
-		var ev bytes.Buffer
-		for line := range strings.SplitSeq(b.String(), "\n") {
-			ev.WriteString("data: ")
-			ev.WriteString(line)
-			ev.WriteByte('\n')
-		}
-		ev.WriteByte('\n')
-		if _, err := w.Write(ev.Bytes()); err != nil {
+		if _, err := w.Write(eventOf(b.String())); err != nil {
 			return
 		}
 		if err := rc.Flush(); err != nil {
 			return
 		}
 	}
+}
+
+// eventOf is a server-sent event carrying data: one "data:" line per line
+// of it, its lines split where the browser's EventSource splits them, at
+// CR, LF and CRLF alike. Split at LF alone, a CR inside a page (a stored
+// answer may hold one) would end the line early for the browser, and what
+// follows it would be read as a field of the event: "event: x" renames the
+// event so that no handler sees it, "retry:" and "id:" change the stream.
+// See pitfall 101 "A live update split where the browser does not split".
+func eventOf(data string) []byte {
+	data = strings.ReplaceAll(data, "\r\n", "\n")
+	data = strings.ReplaceAll(data, "\r", "\n")
+	var ev bytes.Buffer
+	for line := range strings.SplitSeq(data, "\n") {
+		ev.WriteString("data: ")
+		ev.WriteString(line)
+		ev.WriteByte('\n')
+	}
+	ev.WriteByte('\n')
+	return ev.Bytes()
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

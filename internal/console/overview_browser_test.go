@@ -80,6 +80,23 @@ SELECT count(*) FILTER (WHERE state = 'started' AND locked_until > now()),
 	var day string
 	require.NoError(t, w.Live.QueryRow(ctx, `SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD')`).Scan(&day))
 	poll(t, browser, `(document.querySelector('#partitions tr[data-day="`+day+`"] td:nth-child(2)') || {}).textContent === "8"`, 15*time.Second)
+
+	// Every card opens the list of what it counts.
+	db = fromDB()
+	for card, want := range map[string]int{"in-flight": db.inFlight, "due": db.due, "waiting": db.waiting, "needs-attention": db.needsAttention} {
+		require.NoError(t, chromedp.Do(browser, chromedp.Navigate(w.Base+"/"), chromedp.WaitVisible(chromedp.CSS("#"+card))))
+		require.Equal(t, fmt.Sprint(want), text(t, browser, "#"+card+" .n"))
+		require.NoError(t, chromedp.Do(browser, chromedp.Click(chromedp.CSS("#"+card)), chromedp.WaitVisible(chromedp.CSS("#requests"))))
+		rows, err := chromedp.Run(browser, chromedp.Evaluate[int](`document.querySelectorAll("#requests a[href^='/request?']").length`))
+		require.NoError(t, err)
+		require.Equal(t, want, rows, "the list behind the %s card", card)
+	}
+	require.NoError(t, chromedp.Do(browser, chromedp.Navigate(w.Base+"/"), chromedp.WaitVisible(chromedp.CSS("#webhook-backlog")),
+		chromedp.Click(chromedp.CSS("#webhook-backlog")), chromedp.WaitVisible(chromedp.CSS("#endpoints"))))
+	pending, err := chromedp.Run(browser, chromedp.Evaluate[int](
+		`[...document.querySelectorAll("#endpoints tr")].slice(1).reduce((n, tr) => n + Number(tr.children[5].textContent), 0)`))
+	require.NoError(t, err)
+	require.Equal(t, db.pending, pending, "the endpoints behind the backlog card, with their pending deliveries")
 }
 
 // poll waits until expr is true on the page.

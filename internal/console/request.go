@@ -53,8 +53,11 @@ func (s *Server) request(r *http.Request) (view, error) {
 	if err != nil {
 		return view{}, err
 	}
-	return view{template: "request", page: page{Title: "Request " + d.View.Key, Nav: "requests", Live: true,
-		Flash: did[q.Get("did")], Data: d}}, nil
+	p := page{Title: "Request " + d.View.Key, Nav: "requests", Live: true, Flash: did[q.Get("did")], Data: d}
+	if msg := q.Get("refused"); s.auth.refusalOK(r, msg, q.Get("sig")) {
+		p.Error = msg
+	}
+	return view{template: "request", page: p}, nil
 }
 
 func (s *Server) requestData(ctx context.Context, tenantName, key string) (*requestData, error) {

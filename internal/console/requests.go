@@ -42,12 +42,13 @@ type requestRow struct {
 }
 
 type requestsData struct {
-	// The filters as given, for the form.
-	Tenant, State, Operation, OlderThan string
-	Tenants                             []string
-	States                              []idempotency.RequestState
-	Operations                          []string
-	Rows                                []requestRow
+	// The filters as given, for the form. Due ("now" or "later") splits
+	// the unfinished requests as the overview's cards do.
+	Tenant, State, Operation, OlderThan, Due string
+	Tenants                                  []string
+	States                                   []idempotency.RequestState
+	Operations                               []string
+	Rows                                     []requestRow
 	// Next is the address of the next page, empty on the last.
 	Next string
 }
@@ -58,7 +59,8 @@ const tenantNamesSQL = `SELECT name FROM tenants ORDER BY name LIMIT 500`
 func (s *Server) requests(r *http.Request) (view, error) {
 	ctx := r.Context()
 	q := r.URL.Query()
-	d := requestsData{Tenant: q.Get("tenant"), State: q.Get("state"), Operation: q.Get("operation"), OlderThan: q.Get("older_than"), States: states}
+	d := requestsData{Tenant: q.Get("tenant"), State: q.Get("state"), Operation: q.Get("operation"), OlderThan: q.Get("older_than"),
+		Due: q.Get("due"), States: states}
 	for _, o := range operations {
 		d.Operations = append(d.Operations, o.Name)
 	}
@@ -105,6 +107,16 @@ func (s *Server) requests(r *http.Request) (view, error) {
 		if f.OlderThan, err = time.ParseDuration(d.OlderThan); err != nil || f.OlderThan < 0 {
 			return view{}, badRequest{fmt.Sprintf("older than %q: a duration such as 90s, 15m or 2h.", d.OlderThan)}
 		}
+	}
+	switch idempotency.Due(d.Due) {
+	case "":
+	case idempotency.DueNow, idempotency.DueLater:
+		if f.State != idempotency.RequestUnfinished {
+			return view{}, badRequest{"due=now and due=later split the unfinished requests: add state=unfinished."}
+		}
+		f.Due = idempotency.Due(d.Due)
+	default:
+		return view{}, badRequest{fmt.Sprintf("due %q: now (next attempt has come) or later (waiting for it).", d.Due)}
 	}
 	if f.After, err = parseCursor(q); err != nil {
 		return view{}, badRequest{err.Error()}

@@ -37,8 +37,9 @@ var screenshots = flag.String("screenshots", "", "directory to write the console
 // of everything (a charge captured and refunded, one declined, one that
 // needs attention, one taken over by a reaper after its worker crashed in
 // the PSP call, a webhook endpoint whose deliveries failed once): each
-// renders without an error, streams its live region (the script connected,
-// which the Content-Security-Policy would have stopped had it been inline),
+// renders without an error, streams its live region (the script connected
+// and took an update, its clock in UTC; the Content-Security-Policy would
+// have stopped it had it been inline),
 // and is photographed.
 func TestEveryPageRendersInABrowser(t *testing.T) {
 	t.Parallel()
@@ -61,9 +62,12 @@ func TestEveryPageRendersInABrowser(t *testing.T) {
 	} {
 		_, err := chromedp.Run(browser, chromedp.Steps(chromedp.Navigate(w.Base+path), chromedp.WaitVisible(chromedp.CSS("#live"))))
 		require.NoError(t, err, name)
-		poll(t, browser, `document.getElementById("live-status").textContent.startsWith("live")`, 10*time.Second)
+		poll(t, browser, `document.getElementById("live-status").textContent.endsWith(" UTC")`, 10*time.Second)
 		_, err = chromedp.Run(browser, chromedp.WaitNotPresent(chromedp.CSS("#error")))
 		require.NoError(t, err, "%s shows an error", name)
+		if name == "request" {
+			timelineDrawnClear(t, browser)
+		}
 		shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
 		require.NoError(t, err, name)
 		img, err := png.Decode(bytes.NewReader(shot))
@@ -71,6 +75,35 @@ func TestEveryPageRendersInABrowser(t *testing.T) {
 		require.Greater(t, img.Bounds().Dy(), 300, name)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "console-"+name+".png"), shot, 0o644))
 	}
+}
+
+// timelineDrawnClear checks the request's timeline as the browser drew it,
+// with its own fonts: every mark's label inside the drawing and clear of
+// every other, and the dead api's hold ending at its last heartbeat, the
+// rest drawn silent.
+func timelineDrawnClear(t *testing.T, browser context.Context) {
+	t.Helper()
+	got, err := chromedp.Run(browser, chromedp.Evaluate[[]int](`(() => {
+	  const svg = document.getElementById("timeline"), w = svg.viewBox.baseVal.width;
+	  const boxes = [...svg.querySelectorAll("text.mark-label")].map(e => e.getBBox());
+	  let outside = 0, overlaps = 0;
+	  boxes.forEach((a, i) => {
+	    if (a.x < 0 || a.x + a.width > w) outside++;
+	    boxes.slice(i + 1).forEach(b => {
+	      if (a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height) overlaps++;
+	    });
+	  });
+	  const api = svg.querySelector('g.lane[data-holder^="api:"]');
+	  const beat = api.querySelector("circle.heartbeat.last"), silent = api.querySelector("rect.silent");
+	  const at = beat && silent ? Math.round(Math.abs(beat.cx.baseVal.value - silent.x.baseVal.value)) : -1;
+	  return [boxes.length, outside, overlaps, at];
+	})()`))
+	require.NoError(t, err)
+	require.Len(t, got, 4)
+	require.Positive(t, got[0], "labels drawn")
+	require.Zero(t, got[1], "labels clipped at the drawing's edge")
+	require.Zero(t, got[2], "labels overlapping")
+	require.Zero(t, got[3], "the api's last heartbeat begins its silent span (-1: either is missing)")
 }
 
 // seedShowcase makes what the screenshots show, and returns the captured
@@ -104,14 +137,17 @@ func seedShowcase(t *testing.T, w *world) (chargeID, takenOver, endpointID strin
 	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "order-1003", visa)
 	require.NoError(t, w.Mock.SetFaults(psp.Faults{}))
 
-	// A worker that dies right after the PSP answered, and the reaper
-	// that takes its key over once the lease ran out.
+	// A worker that dies right after a slow PSP answered (its heartbeat
+	// renewed the lease during the call), and the reaper that takes its
+	// key over once the lease ran out.
 	takenOver = "order-1004"
 	api, err := idempotency.NewStore(idempotency.Config{Lease: time.Second, NeedsAttention: events.NeedsAttention})
 	require.NoError(t, err)
 	crashing := chargestest.NewService(t, w.Live, api, w.PSP, phases.Config{CrashHook: chargestest.CrashAt(phases.CrashAfterPSPCall)})
+	require.NoError(t, w.Mock.SetFaults(psp.Faults{LatencyMS: 500}))
 	_, err = crashing.Create(ctx, w.Tenant, takenOver, charges.RawBody([]byte(visa)))
 	require.ErrorIs(t, err, chargestest.ErrCrash)
+	require.NoError(t, w.Mock.SetFaults(psp.Faults{}))
 	time.Sleep(1100 * time.Millisecond)
 	reaperKeys, err := idempotency.NewStore(idempotency.Config{Lease: time.Minute, Role: idempotency.RoleReaper, NeedsAttention: events.NeedsAttention})
 	require.NoError(t, err)

@@ -31,6 +31,16 @@ type Config struct {
 	// Token is the operator token (required, at least MinTokenLength
 	// characters).
 	Token string
+	// Addr is the address the console listens on, as bound (required):
+	// with localhost at its port and Hosts, the names a request may
+	// address it by (guard.go).
+	Addr string
+	// Hosts are the other names the console answers to (CONSOLE_HOSTS):
+	// "name" at any port, or "name:port".
+	Hosts []string
+	// Now is the console's clock for sessions and the guessing limit.
+	// Default time.Now; tests move it.
+	Now func() time.Time
 	// Routing names the PSPs the overview shows, with the breaker
 	// threshold and cool-down it judges their recorded calls by. Empty:
 	// the PSPs seen in the recorded calls.
@@ -55,6 +65,7 @@ var assets embed.FS
 type Server struct {
 	cfg   Config
 	auth  *authenticator
+	hosts *hostGuard
 	pages map[string]*template.Template
 	mux   http.Handler
 }
@@ -73,11 +84,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	hosts, err := newHostGuard(cfg.Addr, cfg.Hosts)
+	if err != nil {
+		return nil, err
+	}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, auth: newAuthenticator(cfg.Token), pages: pages}
+	s := &Server{cfg: cfg, auth: newAuthenticator(cfg.Token, cfg.Pool, cfg.Now, newGuessLimit(cfg.Logger)), hosts: hosts, pages: pages}
 	s.mux = s.routes()
 	return s, nil
 }
@@ -91,7 +109,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /login", s.login)
 	mux.HandleFunc("POST /login", s.login)
-	mux.Handle("POST /logout", s.auth.require(http.HandlerFunc(s.logout)))
+	mux.Handle("POST /logout", s.auth.require(s.auth.checkCSRF(http.HandlerFunc(s.logout))))
 	page := func(pattern string, h pageFunc) {
 		mux.Handle(pattern, s.auth.require(s.pageHandler(h)))
 	}
@@ -105,8 +123,11 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /request/resolve", s.auth.require(s.auth.checkCSRF(http.HandlerFunc(s.resolve))))
 	// Browsers send Sec-Fetch-Site or Origin with every POST: one from
 	// another site is refused before it reaches a handler, whatever
-	// cookie it carries. The CSRF token guards older browsers too.
-	return securityHeaders(http.NewCrossOriginProtection().Handler(mux))
+	// cookie it carries. The CSRF token guards older browsers too. A
+	// request to a name the console was not given goes no further than
+	// the guard of hosts, which a cross-origin check cannot replace: a
+	// rebound name is the page's own origin.
+	return securityHeaders(s.hosts.wrap(http.NewCrossOriginProtection().Handler(mux)))
 }
 
 // contentSecurityPolicy allows this origin's style sheet and script and

@@ -33,7 +33,8 @@ import (
 // api SIGKILLed while the PSP call is in flight), a real `api console`,
 // and the request's page in a real browser, which must show a lane for
 // each of the two holders, the killed api's and the reaper's (their pids),
-// and the recovery points in the order the key reached them.
+// and the recovery points in the order the key reached them; the api's
+// hold ends at its last heartbeat, where it died, not at the takeover.
 func TestTakeoverShowsBothHoldersAndTheRecoveryPointsInOrder(t *testing.T) {
 	t.Parallel()
 	bin := buildBinaries(t)
@@ -43,9 +44,9 @@ func TestTakeoverShowsBothHoldersAndTheRecoveryPointsInOrder(t *testing.T) {
 	_, apiKey, err := tenants.CreateKey(ctx, pool, "acme")
 	require.NoError(t, err)
 	// The PSP in the test's process: it outlives the api, as a real PSP
-	// would, and answers after 1.5 s, long enough to kill the api inside
-	// the call.
-	mock, err := psp.NewMock(psp.Faults{LatencyMS: 1500})
+	// would, and answers after 3 s, long enough for a heartbeat (every
+	// third of the 2 s lease) and to kill the api inside the call.
+	mock, err := psp.NewMock(psp.Faults{LatencyMS: 3000})
 	require.NoError(t, err)
 	pspSrv := httptest.NewServer(mock)
 	t.Cleanup(pspSrv.Close)
@@ -64,7 +65,14 @@ func TestTakeoverShowsBothHoldersAndTheRecoveryPointsInOrder(t *testing.T) {
 		}
 	}()
 	require.Eventually(t, func() bool { return len(mock.Requests()) > 0 }, 10*time.Second, 5*time.Millisecond, "the PSP call started")
+	require.Eventually(t, func() bool {
+		var n int
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys, jsonb_array_elements(timeline) e
+		                         WHERE key = 'kill-1' AND e->>'kind' = 'heartbeat'`).Scan(&n)
+		return n > 0
+	}, 10*time.Second, 5*time.Millisecond, "the api's heartbeat renewed its lease during the call")
 	api.kill()
+	require.NoError(t, mock.SetFaults(psp.Faults{})) // the reaper's calls answer at once
 
 	reaper := startProc(t, bin, "reaper", append(env, "REAPER_INTERVAL=200ms"))
 	require.Eventually(t, func() bool {
@@ -119,6 +127,28 @@ func TestTakeoverShowsBothHoldersAndTheRecoveryPointsInOrder(t *testing.T) {
 	require.Equal(t, []string{fmt.Sprintf("claimed api · pid %d", api.pid), fmt.Sprintf("taken_over reaper · pid %d", reaper.pid)}, workers,
 		"claimed by the api, taken over by the reaper")
 	require.Equal(t, "completed", text(t, browser, "#state"))
+
+	// The api's hold: solid to its last heartbeat, silent from there to
+	// the reaper's takeover.
+	var beat time.Time
+	for _, e := range h.Entries {
+		if e.Kind == idempotency.KindHeartbeat {
+			beat = e.At
+		}
+	}
+	require.False(t, beat.IsZero(), "the heartbeat is in the key's timeline")
+	drawn, err := chromedp.Run(browser, chromedp.Evaluate[[]string](`(() => {
+	  const api = document.querySelector('#timeline g.lane[data-holder^="api:"]');
+	  const beat = api.querySelector("circle.heartbeat.last"), silent = api.querySelector("rect.silent");
+	  const label = [...api.querySelectorAll("text.mark-label")].map(t => t.textContent).find(l => l === "last heartbeat");
+	  return [beat ? beat.getAttribute("cx") : "", silent ? silent.getAttribute("x") : "", label || "",
+	          String([...document.querySelectorAll('#timeline-entries tr[data-kind="heartbeat"]')].length)];
+	})()`))
+	require.NoError(t, err)
+	require.Equal(t, "last heartbeat", drawn[2], "the api's last heartbeat is labelled: %v", drawn)
+	require.NotEmpty(t, drawn[0])
+	require.Equal(t, drawn[0], drawn[1], "the silent span starts at the last heartbeat")
+	require.Equal(t, "1", drawn[3], "one row for the run of heartbeats")
 }
 
 // The binaries, built once for the package's tests, as make build builds

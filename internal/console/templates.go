@@ -135,5 +135,3 @@ func chargeURL(tenant, id string) string {
 func webhookURL(tenant, id string) string {
 	return "/webhook?" + url.Values{"tenant": {tenant}, "id": {id}}.Encode()
 }
-
-func urlQueryEscape(s string) string { return url.QueryEscape(s) }

@@ -41,6 +41,10 @@ const (
 	tlBarH    = 14.0
 	tlMarkR   = 5.0
 	tlBottomP = 8.0
+	// tlLabelSize is the marks' labels' font size (console.css), and
+	// tlLabelGap the room kept between two labels of a row.
+	tlLabelSize = 10.0
+	tlLabelGap  = 6.0
 )
 
 // timelineView is a timeline laid out for the template.
@@ -58,15 +62,7 @@ type lane struct {
 	Y, H, LabelY      float64
 	Held, Calls       []bar
 	Marks             []mark
-	// lastLabel is where the last label above (0) and below (1) the
-	// lane's middle ended, for placing the next one clear of them.
-	lastLabel [2]float64
 }
-
-// tlLabelGap is the room a mark's label takes on the drawing: a label
-// closer than this to the last one of its row goes to the other row, and
-// with both taken it is left to the mark's tooltip and the table.
-const tlLabelGap = 110.0
 
 type bar struct {
 	X, Y, W, H float64
@@ -74,10 +70,18 @@ type bar struct {
 	Title      string
 }
 
+// mark is one instant of a lane, or several the drawing cannot tell apart
+// (Count), with the label placed for it, if there was room (LabelX is its
+// left edge).
 type mark struct {
-	X, Y, LabelY float64
-	Class        string
-	Label, Title string
+	X, Y           float64
+	LabelX, LabelY float64
+	Class          string
+	Label, Title   string
+	Count          int
+	// priority says whose label gets room first: where a hold began and
+	// ended before what happened inside it.
+	priority int
 }
 
 type entryRow struct {
@@ -105,6 +109,12 @@ const eventsLane = "events & webhooks"
 // holder in the order they first appear, then the lane of its events and
 // their delivery attempts. An ongoing request's axis runs to now, where its
 // current holder's hold is still open.
+//
+// A hold is drawn solid up to the last moment its holder was heard of (its
+// last entry: a recovery point, a PSP call, a heartbeat), and faded from
+// there to the hold's end when something else ended it: the takeover that
+// followed a dead holder's lease running out, or now. A dead api's bar so
+// stops where it died, not where its lease ran out.
 func layoutTimeline(entries []timeline.Entry, ongoing bool, now time.Time) *timelineView {
 	tv := &timelineView{Width: tlWidth, Gutter: tlGutter, AxisY: tlTop - 8, AxisX1: tlWidth - tlRight}
 	if len(entries) == 0 {
@@ -131,28 +141,43 @@ func layoutTimeline(entries []timeline.Entry, ongoing bool, now time.Time) *time
 			i = len(tv.Lanes)
 			index[key] = i
 			y := tlTop + float64(i)*tlLaneH
-			tv.Lanes = append(tv.Lanes, lane{Label: label, Sub: sub, Title: title, Y: y, H: tlLaneH - 6, LabelY: y + 20,
-				lastLabel: [2]float64{-tlLabelGap, -tlLabelGap}})
+			tv.Lanes = append(tv.Lanes, lane{Label: label, Sub: sub, Title: title, Y: y, H: tlLaneH - 6, LabelY: y + 20})
 		}
 		return &tv.Lanes[i]
 	}
 	// Each holder's holds: from its claim or takeover to its release, its
-	// finish, or the takeover by another that ended it.
+	// finish, or whatever ended it from outside.
 	open := map[string]time.Time{}
-	closeHold := func(h string, at time.Time) {
+	// heard is when each holder was last heard of; lastBeat, the mark of
+	// its heartbeat when that is its last entry.
+	heard := map[string]time.Time{}
+	lastBeat := map[string]int{}
+	closeHold := func(h string, at time.Time, endedBy string) {
 		from, ok := open[h]
 		if !ok {
 			return
 		}
 		delete(open, h)
 		l := &tv.Lanes[index[h]]
-		x0, x1 := sc.At(from), sc.At(at)
 		class := "held"
 		if idempotency.RoleOf(h) == idempotency.RoleReaper {
 			class += " reaper"
 		}
+		until := at
+		if endedBy != "" && heard[h].Before(at) && !heard[h].Before(from) {
+			until = heard[h]
+		}
+		x0, x1, x2 := sc.At(from), sc.At(until), sc.At(at)
 		l.Held = append(l.Held, bar{X: x0, Y: l.Y + 8, W: max(x1-x0, 2), H: l.H - 16, Class: class,
 			Title: "held " + plot.Duration(at.Sub(from).Round(time.Millisecond))})
+		if until.Before(at) {
+			l.Held = append(l.Held, bar{X: x1, Y: l.Y + 8, W: max(x2-x1, 2), H: l.H - 16, Class: class + " silent",
+				Title: fmt.Sprintf("no sign of life after %s: %s until %s", fmtTimeMS(until),
+					plot.Duration(at.Sub(until).Round(time.Millisecond)), endedBy)})
+			if i, ok := lastBeat[h]; ok {
+				l.Marks[i].Label, l.Marks[i].Class, l.Marks[i].priority = "last heartbeat", l.Marks[i].Class+" last", 2
+			}
+		}
 	}
 	for _, e := range entries {
 		row := entryRow{At: e.At, Offset: "+" + plot.Duration(e.At.Sub(t0).Round(time.Microsecond)), Kind: string(e.Kind), Detail: describe(e)}
@@ -164,25 +189,31 @@ func layoutTimeline(entries []timeline.Entry, ongoing bool, now time.Time) *time
 			l = laneOf(e.Holder, label, sub, e.Holder)
 		}
 		row.Lane = l.Label
+		tv.Rows = append(tv.Rows, row)
 		x := sc.At(e.At)
-		m := mark{X: x, Y: l.Y + l.H/2, Class: string(e.Kind), Title: describe(e)}
+		m := mark{X: x, Y: l.Y + l.H/2, Class: string(e.Kind), Label: shortLabel(e), Title: describe(e), Count: 1}
+		switch e.Kind {
+		case idempotency.KindClaimed, idempotency.KindTakenOver, idempotency.KindReleased, idempotency.KindFinished:
+			m.priority = 2
+		}
 		switch e.Kind {
 		case idempotency.KindClaimed, idempotency.KindTakenOver:
 			for h, from := range open {
 				if h != e.Holder && !from.After(e.At) {
-					closeHold(h, e.At)
+					closeHold(h, e.At, "the "+cmp.Or(e.By, "next worker")+" took it over")
 				}
 			}
 			if _, held := open[e.Holder]; !held {
 				open[e.Holder] = e.At
 			}
 		case idempotency.KindReleased, idempotency.KindFinished:
-			closeHold(e.Holder, e.At)
+			closeHold(e.Holder, e.At, "")
 		case idempotency.KindPSPCall:
 			x0 := sc.At(e.At.Add(-callDuration(e)))
 			l.Calls = append(l.Calls, bar{X: x0, Y: l.Y + l.H/2 - tlBarH/2, W: max(x-x0, 3), H: tlBarH,
 				Class: "psp " + e.Outcome, Title: describe(e)})
-			tv.Rows = append(tv.Rows, row)
+			heard[e.Holder] = maxTime(heard[e.Holder], e.At)
+			delete(lastBeat, e.Holder)
 			continue
 		case timeline.KindWebhookAttempt:
 			m.Class = "delivery failed"
@@ -192,28 +223,73 @@ func layoutTimeline(entries []timeline.Entry, ongoing bool, now time.Time) *time
 		case timeline.KindEvent:
 			m.Class = "event"
 		}
-		// Labels go above the lane's middle, or below it when the last one
-		// above is too close, or nowhere.
-		if label := shortLabel(e); label != "" {
-			for r, y := range []float64{l.Y + 6, l.Y + l.H - 1} {
-				if x-l.lastLabel[r] >= tlLabelGap {
-					m.Label, m.LabelY, l.lastLabel[r] = label, y, x
-					break
-				}
+		if e.Holder != "" && l.Title != "" {
+			heard[e.Holder] = maxTime(heard[e.Holder], e.At)
+			delete(lastBeat, e.Holder)
+			if e.Kind == idempotency.KindHeartbeat {
+				lastBeat[e.Holder] = len(l.Marks)
 			}
 		}
 		l.Marks = append(l.Marks, m)
-		tv.Rows = append(tv.Rows, row)
 	}
 	for h := range open {
 		if ongoing {
-			closeHold(h, now)
+			closeHold(h, now, "now")
 		} else {
-			closeHold(h, t1)
+			closeHold(h, t1, "")
 		}
+	}
+	for i := range tv.Lanes {
+		tv.Lanes[i].placeLabels()
 	}
 	tv.Height = tlTop + float64(len(tv.Lanes))*tlLaneH + tlBottomP
 	return tv
+}
+
+// placeLabels merges the marks of the lane that fall on one spot (a claim
+// and the recovery point committed with it; a takeover, its PSP call's
+// answer and its finish) into one, whose label says each, and then places
+// the labels above and below the lane's middle so that none is clipped at
+// the drawing's edges and none overlaps another. A label with no room is
+// left to the mark's tooltip and the table.
+func (l *lane) placeLabels() {
+	var merged []mark
+	for _, m := range l.Marks {
+		if n := len(merged); n > 0 && m.X-merged[n-1].X < 2*tlMarkR {
+			last := &merged[n-1]
+			last.Count++
+			last.Title += "\n" + m.Title
+			last.Class = m.Class // the latest says where it got to
+			last.priority = max(last.priority, m.priority)
+			if m.Label != "" {
+				last.Label = strings.TrimPrefix(last.Label+" · "+m.Label, " · ")
+			}
+			continue
+		}
+		merged = append(merged, m)
+	}
+	l.Marks = merged
+	var (
+		labels   []plot.Label
+		labelled []int
+	)
+	for i, m := range l.Marks {
+		if m.Label != "" {
+			labels = append(labels, plot.Label{X: m.X, Width: plot.TextWidth(m.Label, tlLabelSize), Priority: m.priority})
+			labelled = append(labelled, i)
+		}
+	}
+	for j, p := range plot.PlaceLabels(labels, tlGutter+2, tlWidth-2, 2, tlLabelGap) {
+		m := &l.Marks[labelled[j]]
+		if p.Row < 0 {
+			m.Label = ""
+			continue
+		}
+		m.LabelX, m.LabelY = p.Left, l.Y+6
+		if p.Row == 1 {
+			m.LabelY = l.Y + l.H - 1
+		}
+	}
 }
 
 func callDuration(e timeline.Entry) time.Duration {
@@ -250,6 +326,8 @@ func shortLabel(e timeline.Entry) string {
 		return e.EventType
 	case timeline.KindWebhookAttempt:
 		return "" // many, and close together: the table says each
+	case idempotency.KindHeartbeat:
+		return "" // only the last of a silent holder says so (layoutTimeline)
 	}
 	return string(e.Kind)
 }
@@ -274,6 +352,8 @@ func describe(e timeline.Entry) string {
 		}
 	case idempotency.KindTakenOver:
 		b.WriteString("taken over by " + cmp.Or(e.By, "?"))
+	case idempotency.KindHeartbeat:
+		b.WriteString("renewed its lease during a slow call (the last of the run's heartbeats)")
 	case idempotency.KindPSPCall:
 		fmt.Fprintf(&b, "%s at %s (key %s): %s", cmp.Or(e.Operation, "call"), e.PSP, e.PSPKey, e.Outcome)
 		if e.Status != nil {

@@ -23,11 +23,24 @@ type BrowseFilter struct {
 	Operation string
 	// OlderThan, if positive, keeps requests claimed longer ago than this.
 	OlderThan time.Duration
+	// Due, with State unfinished, splits those requests as the census
+	// does: DueNow keeps the ones whose next attempt has come, DueLater
+	// the ones still waiting for it.
+	Due Due
 	// After, if set, is the last request of the previous page.
 	After *Cursor
 	// Limit is the page's size (default 50).
 	Limit int
 }
+
+// Due is a filter by when an unfinished request is due (BrowseFilter.Due).
+type Due string
+
+// The filters by due time; the empty Due keeps both.
+const (
+	DueNow   Due = "now"
+	DueLater Due = "later"
+)
 
 // Cursor names a request's place in Browse's order.
 type Cursor struct {
@@ -57,6 +70,7 @@ var browseSQL = `SELECT ` + viewColumns + `
        SELECT * FROM idempotency_keys
         WHERE tenant_id = t.browse_tenant AND ` + requestStateFilterSQL(2) + `
           AND ($3 = '' OR operation = $3)
+          AND ($9 = '' OR ($9 = 'now') = (` + dueAtExpr + ` <= phasepay_now()))
           AND created_at <= phasepay_now() - $4 * interval '1 microsecond'
           AND ($5::timestamptz IS NULL OR created_at <= $5)
           AND ($5::timestamptz IS NULL OR (created_at, tenant_id, key) < ($5, $6, $7))
@@ -79,7 +93,7 @@ func Browse(ctx context.Context, q DBTX, f BrowseFilter) ([]View, error) {
 		afterAt, afterTenant, afterKey = &f.After.CreatedAt, f.After.TenantID, f.After.Key
 	}
 	rows, err := q.Query(ctx, browseSQL, planWithValues, f.TenantID, string(f.State), f.Operation,
-		max(f.OlderThan, 0).Microseconds(), afterAt, afterTenant, afterKey, f.Limit)
+		max(f.OlderThan, 0).Microseconds(), afterAt, afterTenant, afterKey, f.Limit, string(f.Due))
 	if err != nil {
 		return nil, fmt.Errorf("browse requests: %w", err)
 	}

@@ -86,19 +86,33 @@ func (l *Lease) Finish(ctx context.Context, tx Execer, resp Response) error {
 // Release (the goroutine not yet stopped) would lease the key again, and
 // the client's next retry would get 409 for a whole lease. Only a lease
 // that is still held is extended: locked_until set and not yet passed.
+//
+// It also records the heartbeat in the timeline ($6), so that when a
+// holder dies its last sign of life is known (the console ends its hold
+// there rather than at the takeover). A run of heartbeats is one entry:
+// while the timeline's last entry is this holder's heartbeat, its "at" is
+// moved instead of a new entry appended. So a slow call adds one entry at
+// most, and a stalled one does not grow the row.
 const extendSQL = `
 UPDATE idempotency_keys
-   SET locked_until = phasepay_now() + $5 * interval '1 microsecond'
+   SET locked_until = phasepay_now() + $5 * interval '1 microsecond',
+       timeline = CASE WHEN $6::text IS NOT NULL AND timeline->-1->>'kind' = 'heartbeat'
+                            AND timeline->-1->>'lock_version' = lock_version::text
+                       THEN jsonb_set(timeline, '{-1,at}', to_jsonb(phasepay_timeline_time(phasepay_now())))
+                       ELSE phasepay_timeline_append(timeline, $6, lock_version) END
  WHERE tenant_id = $1 AND key = $2 AND created_at = $3
    AND lock_version = $4
    AND state = 'started'
    AND locked_until > phasepay_now()`
 
-// Extend renews the lease for another Lease duration. It returns
-// ErrLeaseLost if the lease was taken over, released, or ran out.
+// Extend renews the lease for another Lease duration and records the
+// heartbeat. It returns ErrLeaseLost if the lease was taken over,
+// released, or ran out. It may run beside the holder's own statements
+// (Heartbeat's goroutine), so it leaves the holder's notes alone.
 func (l *Lease) Extend(ctx context.Context, q DBTX) error {
 	r := l.Record
-	tag, err := q.Exec(ctx, extendSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, l.store.cfg.Lease.Microseconds())
+	tag, err := q.Exec(ctx, extendSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, l.store.cfg.Lease.Microseconds(),
+		l.store.entries(Entry{Kind: KindHeartbeat}))
 	if err != nil {
 		return fmt.Errorf("extend %q: %w", r.Key, err)
 	}

@@ -28,6 +28,7 @@ import (
 //	            the holder's next statement: the arrow's commit or the release
 //	released    Release (reason in stable words, the raw cause for operators, the next attempt)
 //	taken_over  TakeOver (a client's retry in an api process), TakeOverExpired (a reaper)
+//	heartbeat   Extend (a renewal during a slow call; a run of them is one entry, moved)
 //	finished    Finish (the stored answer's status)
 //
 // Each entry names its holder, the process that wrote it
@@ -50,6 +51,10 @@ const (
 	KindReleased  Kind = "released"
 	KindTakenOver Kind = "taken_over"
 	KindPSPCall   Kind = "psp_call"
+	// KindHeartbeat is the holder's last renewal of its lease in a run of
+	// them (Extend): for operators, where a dead holder was last heard of.
+	// A tenant's timeline does not show it.
+	KindHeartbeat Kind = "heartbeat"
 	KindFinished  Kind = "finished"
 )
 

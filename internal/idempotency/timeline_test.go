@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/harness/testdb"
@@ -196,4 +197,43 @@ func TestTimelineOfAnUnlockedKey(t *testing.T) {
 	require.True(t, released.NextAttemptAt.Equal(released.At), "due at once")
 	require.Equal(t, b.store.Holder(), released.Holder)
 	require.Empty(t, h.Holder)
+}
+
+// A heartbeat is where a holder was last heard of: a holder that dies in
+// a slow call leaves its last renewal in the timeline (the console ends
+// its hold there). A run of heartbeats is one entry whose time moves, so
+// that a long call does not grow the row; a heartbeat after another entry
+// starts a new one. With the timeline off, nothing is recorded.
+func TestHeartbeatIsRecordedAsOneMovingEntry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	t0 := time.Now().UTC().Truncate(time.Second)
+	at := func(d time.Duration) *pgxpool.Pool { return testdb.Pool(t, b.url, t0.Add(d)) }
+	rec, _, err := claim(ctx, at(0), b.store, b.tenant, "slow", b.req)
+	require.NoError(t, err)
+	lease := b.store.LeaseOf(rec)
+	require.NoError(t, lease.Extend(ctx, at(time.Second)))
+	require.NoError(t, lease.Extend(ctx, at(2*time.Second)))
+	h := history(t, b, at(2*time.Second), "slow")
+	require.Equal(t, []idempotency.Kind{idempotency.KindClaimed, idempotency.KindHeartbeat}, kinds(h.Entries))
+	hb := h.Entries[1]
+	require.True(t, hb.At.Equal(t0.Add(2*time.Second)), "the last heartbeat's time: %s", hb.At)
+	require.Equal(t, b.store.Holder(), hb.Holder)
+	require.Equal(t, rec.LockVersion, hb.LockVersion)
+
+	require.NoError(t, pgx.BeginFunc(ctx, at(3*time.Second), func(tx pgx.Tx) error { return lease.Advance(ctx, tx, "thing_created") }))
+	require.NoError(t, lease.Extend(ctx, at(4*time.Second)))
+	h = history(t, b, at(4*time.Second), "slow")
+	require.Equal(t, []idempotency.Kind{idempotency.KindClaimed, idempotency.KindHeartbeat, idempotency.KindReached, idempotency.KindHeartbeat},
+		kinds(h.Entries))
+	require.True(t, h.Entries[1].At.Equal(t0.Add(2*time.Second)), "an earlier run of heartbeats keeps its time")
+	require.True(t, h.Entries[3].At.Equal(t0.Add(4*time.Second)))
+
+	off, err := idempotency.NewStore(idempotency.Config{Lease: time.Minute, TimelineOff: true})
+	require.NoError(t, err)
+	rec, _, err = claim(ctx, at(0), off, b.tenant, "slow-off", b.req)
+	require.NoError(t, err)
+	require.NoError(t, off.LeaseOf(rec).Extend(ctx, at(time.Second)))
+	require.Empty(t, history(t, b, at(time.Second), "slow-off").Entries)
 }

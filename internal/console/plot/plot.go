@@ -7,9 +7,11 @@ package plot
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Scale maps a domain [D0, D1] linearly onto a range [R0, R1] (pixels).
@@ -152,4 +154,62 @@ func Points(xs, ys []float64) string {
 		b.WriteString(strconv.FormatFloat(ys[i], 'f', 1, 64))
 	}
 	return b.String()
+}
+
+// TextWidth estimates the width of s set in a sans-serif font of size
+// size: a little more than the average advance of DejaVu Sans and
+// Helvetica, so that labels placed by it do not touch.
+func TextWidth(s string, size float64) float64 {
+	return float64(utf8.RuneCountInString(s)) * size * 0.62
+}
+
+// Label is a text to place along a horizontal axis: centred on X if it
+// can be, Width wide. Labels of a higher Priority get their room first.
+type Label struct {
+	X, Width float64
+	Priority int
+}
+
+// Placed is where a Label went: its left edge and its row, or Row -1
+// when no row had room for it.
+type Placed struct {
+	Left float64
+	Row  int
+}
+
+// PlaceLabels places labels in rows of a band from lo to hi: each centred
+// on its X, moved inwards as far as it must be to stay inside the band
+// (never clipped at its edges), in the first row where it clears every
+// label already there by gap. Labels are placed by Priority, highest
+// first, and in the order given among equals. A label no row has room for
+// is left out (Row -1): the caller shows it another way.
+func PlaceLabels(labels []Label, lo, hi float64, rows int, gap float64) []Placed {
+	out := make([]Placed, len(labels))
+	order := make([]int, len(labels))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return labels[b].Priority - labels[a].Priority })
+	taken := make([][][2]float64, rows)
+	for _, i := range order {
+		l := labels[i]
+		left := math.Max(lo, math.Min(l.X-l.Width/2, hi-l.Width))
+		right := left + l.Width
+		out[i] = Placed{Left: left, Row: -1}
+		for r := range taken {
+			free := true
+			for _, s := range taken[r] {
+				if left < s[1]+gap && s[0] < right+gap {
+					free = false
+					break
+				}
+			}
+			if free {
+				out[i].Row = r
+				taken[r] = append(taken[r], [2]float64{left, right})
+				break
+			}
+		}
+	}
+	return out
 }

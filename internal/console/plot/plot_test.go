@@ -47,3 +47,25 @@ func TestScalesMapTheirDomain(t *testing.T) {
 	require.InDelta(t, 4.0, ts.Width(time.Millisecond, 4), 1e-9, "at least the minimum")
 	require.Equal(t, "1.0,2.0 3.0,4.0", plot.Points([]float64{1, 3}, []float64{2, 4}))
 }
+
+// Labels stay inside their band (moved in from an edge, never clipped),
+// never overlap in a row, go to the next row when the first is taken, and
+// are left out, lowest priority first, when no row has room.
+func TestLabelsArePlacedInsideAndApart(t *testing.T) {
+	t.Parallel()
+	placed := plot.PlaceLabels([]plot.Label{
+		{X: 995, Width: 60},               // at the right edge
+		{X: 5, Width: 60},                 // at the left edge
+		{X: 500, Width: 100},              // in the middle
+		{X: 510, Width: 100},              // on top of it: the next row
+		{X: 505, Width: 100},              // no room left
+		{X: 520, Width: 100, Priority: 1}, // no room either, but first served
+	}, 0, 1000, 2, 4)
+	require.Equal(t, plot.Placed{Left: 940, Row: 0}, placed[0])
+	require.Equal(t, plot.Placed{Left: 0, Row: 0}, placed[1])
+	require.Equal(t, 1, placed[2].Row, "the first row went to the label of higher priority")
+	require.Equal(t, -1, placed[3].Row)
+	require.Equal(t, -1, placed[4].Row)
+	require.Equal(t, plot.Placed{Left: 470, Row: 0}, placed[5])
+	require.InDelta(t, 62.0, plot.TextWidth("0123456789", 10), 1e-9)
+}
