@@ -12,7 +12,7 @@ BINARIES := bin/api bin/reaper bin/mockpsp
 # not reach into it, so every target names it too.
 CLIENT := github.com/phasepay/phasepay/client/...
 
-.PHONY: all build run test fuzz vet lint pg pg-test pgbouncer pg-auto-failover chromium screenshots chaos failover bench profile soak clean
+.PHONY: all build run test fuzz vet lint pg pg-test pgbouncer pg-auto-failover chromium stripe-mock screenshots chaos failover bench profile soak clean
 
 all: build
 
@@ -54,8 +54,14 @@ pg-auto-failover:
 chromium:
 	@scripts/install-chromium
 
+# stripe-mock: Stripe's official mock of its API (pinned), built with go
+# install, for the Stripe connector's tests and the end-to-end test of a
+# stack on a Stripe PSP (harness/stripemock starts throw-away ones).
+stripe-mock:
+	@scripts/install-stripe-mock
+
 ## test: every test against a real PostgreSQL, with -race, plus vet, lint and a short fuzz of the parsers and of every route's parameters
-test: pg-test pgbouncer pg-auto-failover chromium vet lint
+test: pg-test pgbouncer pg-auto-failover chromium stripe-mock vet lint
 	$(GO) test -race -count=1 -timeout 9m ./... $(CLIENT)
 	$(MAKE) --no-print-directory fuzz
 
