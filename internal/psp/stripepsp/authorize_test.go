@@ -315,3 +315,26 @@ func TestCanceledCallIsInterrupted(t *testing.T) {
 	require.False(t, errors.Is(err, psp.ErrUnavailable))
 	require.Equal(t, psp.ReasonInterrupted, out.Reason)
 }
+
+// TestLibraryNeverResendsByItself: stripe-go resends a 5xx, a 409, a
+// lock_timeout and a lost answer by itself, under the same key, up to its
+// MaxNetworkRetries (2 by default): right within Stripe's key window, a
+// second PaymentIntent past it. The connector turns that off: every send
+// is its own decision, one request per send.
+func TestLibraryNeverResendsByItself(t *testing.T) {
+	t.Parallel()
+	for _, s := range []step{
+		{match: createPath, answer: "api_error"},
+		{match: createPath, answer: "lock_timeout"},
+		{match: createPath, answer: "key_in_use"},
+		{match: createPath, drop: true},
+	} {
+		r := newReplay(t, s)
+		c, err := stripepsp.New(stripepsp.Config{Name: "stripe", URL: "stripe+" + r.srv.URL,
+			Settings: stripepsp.Settings{APIKey: "sk_test_recorded"}, MaxAttempts: 1, Now: (&clock{now: t0}).Now})
+		require.NoError(t, err)
+		out, _ := c.AuthorizeOutcome(context.Background(), authorizeReq(t0))
+		require.Equal(t, 1, out.Sent)
+		require.Len(t, r.requests(), 1, "%s %s: one request per send", s.answer, map[bool]string{true: "dropped"}[s.drop])
+	}
+}
