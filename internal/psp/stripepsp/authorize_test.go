@@ -2,7 +2,6 @@ package stripepsp_test
 
 import (
 	"context"
-	"errors"
 	"net/url"
 	"testing"
 	"time"
@@ -312,7 +311,7 @@ func TestCanceledCallIsInterrupted(t *testing.T) {
 	time.AfterFunc(20*time.Millisecond, cancel)
 	out, err := testClient(t, r, &clock{now: t0}).AuthorizeOutcome(ctx, authorizeReq(t0))
 	require.ErrorIs(t, err, context.Canceled)
-	require.False(t, errors.Is(err, psp.ErrUnavailable))
+	require.NotErrorIs(t, err, psp.ErrUnavailable)
 	require.Equal(t, psp.ReasonInterrupted, out.Reason)
 }
 
