@@ -12,7 +12,7 @@ BINARIES := bin/api bin/reaper bin/mockpsp
 # not reach into it, so every target names it too.
 CLIENT := github.com/phasepay/phasepay/client/...
 
-.PHONY: all build run test fuzz vet lint pg pg-test pgbouncer pg-auto-failover chromium screenshots chaos failover bench profile soak clean
+.PHONY: all build run test fuzz vet lint pg pg-test pgbouncer pg-auto-failover chromium stripe-mock screenshots chaos failover bench profile soak clean
 
 all: build
 
@@ -54,8 +54,14 @@ pg-auto-failover:
 chromium:
 	@scripts/install-chromium
 
+# stripe-mock: Stripe's official mock of its API (pinned), built with go
+# install, for the Stripe connector's tests and the end-to-end test of a
+# stack on a Stripe PSP (harness/stripemock starts throw-away ones).
+stripe-mock:
+	@scripts/install-stripe-mock
+
 ## test: every test against a real PostgreSQL, with -race, plus vet, lint and a short fuzz of the parsers and of every route's parameters
-test: pg-test pgbouncer pg-auto-failover chromium vet lint
+test: pg-test pgbouncer pg-auto-failover chromium stripe-mock vet lint
 	$(GO) test -race -count=1 -timeout 9m ./... $(CLIENT)
 	$(MAKE) --no-print-directory fuzz
 
@@ -79,12 +85,13 @@ fuzz:
 screenshots: pg-test chromium
 	$(GO) test -count=1 -run '^TestEveryPageRendersInABrowser$$' ./internal/console -args -screenshots=$(CURDIR)/docs/console
 
-## chaos: the long chaos run: 2,000 intents living whole payment lives (capture, refunds, void) and a webhook sink with its own faults, workers killed and frozen under PSP faults (final failures, lost answers after a 2s key TTL, failed lookups, outages), PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432); then 1,000 intents routed between three mock PSPs, each in turn down, refusing or dropping answers; each writes its JSON summary and, beside it, an HTML report of the faults and what the requests did on one time axis
+## chaos: the long chaos run: 2,000 intents living whole payment lives (capture, refunds, void) and a webhook sink with its own faults, workers killed and frozen under PSP faults (final failures, lost answers after a 2s key TTL, failed lookups, outages), PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432); then 1,000 intents routed between three mock PSPs, each in turn down, refusing or dropping answers; then 600 intents against Stripe's dialect (a stand-in keeping Stripe's saved answers, a 10s key window and a lagging search, through the Stripe connector), with outages longer than the window; each writes its JSON summary and, beside it, an HTML report of the faults and what the requests did on one time axis
 CHAOS_SEED ?= 1
 CHAOS_DB_RESTARTS ?= 3
 chaos: pg
 	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 2000 -db-restarts $(CHAOS_DB_RESTARTS) -json bench/results/chaos.json
 	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 1000 -psps 3 -db-restarts 1 -json bench/results/chaos-routing.json
+	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 600 -psp-dialect stripe -db-restarts 1 -give-up-after 30s -psp-outages 3 -psp-outage 11s -psp-long-outage 0 -json bench/results/chaos-stripe.json
 
 ## failover: the chaos workload on a throw-away pg_auto_failover formation (a monitor and two data nodes on free ports, never the server on 5432) whose primary fails 4 times under load (kill -9 and switchover in turn), once with synchronous replication (nothing may be lost) and once without (reports what it loses; fails on a double charge); writes bench/results/failover-sync.json and failover-async.json
 FAILOVER_INTENTS ?= 1000

@@ -67,6 +67,7 @@ func TestContractOperationsDocumented(t *testing.T) {
 		{"POST", "/v1/webhook_endpoints", []int{201, 400, 401, 405, 409, 413, 415, 422, 500, 503}, true},
 		{"GET", "/v1/webhook_endpoints", []int{200, 400, 401, 404, 405, 500, 503}, true},
 		{"DELETE", "/v1/webhook_endpoints/{id}", []int{200, 401, 404, 405, 500, 503}, true},
+		{"POST", "/v1/psp_webhooks/{psp}", []int{200, 400, 404, 405, 413, 415, 500, 503}, false},
 		{"GET", "/healthz", []int{200, 405}, false},
 		{"GET", "/readyz", []int{200, 405, 503}, false},
 		{"GET", "/metrics", []int{200, 405}, false},
@@ -105,7 +106,7 @@ func TestContractOperationsDocumented(t *testing.T) {
 				require.Nil(t, op.Security, "charges operations inherit the global bearer security")
 			} else {
 				require.NotNil(t, op.Security)
-				require.Empty(t, *op.Security, "operations endpoints need no API key")
+				require.Empty(t, *op.Security, "operations endpoints and PSP webhooks need no API key")
 			}
 		})
 	}

@@ -143,6 +143,18 @@ func (c Config) routes(mockURL string) routing.Config {
 	return r
 }
 
+// pspWebhookSecrets are the webhook secrets of the Stripe PSPs that have
+// one (PSP_<NAME>_WEBHOOK_SECRET), for POST /v1/psp_webhooks/{psp}.
+func (c Config) pspWebhookSecrets() map[string]string {
+	out := map[string]string{}
+	for _, p := range c.Routing.PSPs {
+		if p.Stripe != nil && p.Stripe.WebhookSecret != "" {
+			out[p.Name] = p.Stripe.WebhookSecret
+		}
+	}
+	return out
+}
+
 // keysConfig is the idempotency store's configuration (role api: the
 // requests commands set their own, operator).
 func (c Config) keysConfig() idempotency.Config {

@@ -145,6 +145,7 @@ func (m *Main) Run(ctx context.Context) error {
 		MetricsElsewhere:    m.Config.MetricsAddr != "",
 		ServerAddr:          m.Config.Addr,
 		WebhookAllowPrivate: m.Config.WebhookAllowPrivate,
+		PSPWebhookSecrets:   m.Config.pspWebhookSecrets(),
 	})
 	if err != nil {
 		return err

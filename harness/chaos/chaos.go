@@ -126,6 +126,10 @@ type Config struct {
 	// PSPs, above 1, routes between that many mock PSPs (routing.go), one
 	// of them down, refusing or dropping answers for stretches. Default 1.
 	PSPs int
+	// Stripe, if set, runs the PSP in Stripe's dialect instead of the
+	// mock's (stripe.go): a stand-in speaking Stripe's wire format with
+	// Stripe's semantics, the processes on PSP_URL=stripe+http://….
+	Stripe *StripeDialect
 	// Pooler puts a PgBouncer in transaction mode (harness/pgbouncer)
 	// between the api workers and reapers and the database: they run with
 	// DATABASE_POOLER=transaction, the even-numbered ones with a direct
@@ -228,6 +232,9 @@ type Summary struct {
 	// Routing: failovers, breakers and stretches with several PSPs
 	// (routing.go); nil with one.
 	Routing *RoutingStats `json:"routing,omitempty"`
+	// Stripe is what a run in Stripe's dialect did at the stand-in
+	// (stripe.go); nil with the mock.
+	Stripe *StripeStats `json:"stripe,omitempty"`
 	// Failover: the failures of a formation's primary (failover.go); nil
 	// without a formation.
 	Failover *FailoverSummary `json:"failover,omitempty"`

@@ -109,6 +109,9 @@ func (h *harness) verify(ctx context.Context) error {
 	if err := st.psps.verify(ctx, st.pool, st.processes(), sum, violate); err != nil {
 		return err
 	}
+	if err := st.stripeStats(ctx, sum); err != nil {
+		return err
+	}
 	// After the replays, so a process that dies by itself at any point
 	// before the harness stops it is counted; the stop itself is planned.
 	for _, p := range st.processes() {

@@ -176,6 +176,9 @@ func (s *stack) migrate(ctx context.Context) error {
 // startPSPs starts the mock PSP, with faults, and any further PSPs.
 func (s *stack) startPSPs(ctx context.Context) error {
 	cfg := s.cfg
+	if cfg.Stripe != nil {
+		return s.startStripe(ctx) // stripe.go
+	}
 	pspAddr, err := procs.FreeAddr()
 	if err != nil {
 		return err
@@ -219,6 +222,7 @@ func (s *stack) startWorkers(ctx context.Context) error {
 	s.common = map[string]string{"PSP_URL": s.pspURL, "LEASE": cfg.Lease.String(), "WEBHOOK_ALLOW_PRIVATE": "1",
 		"RETRY_BASE": cfg.RetryBase.String(), "RETRY_MAX": cfg.RetryMax.String(), "GIVE_UP_AFTER": cfg.GiveUpAfter.String()}
 	s.psps.wire(s.common)
+	cfg.Stripe.wire(s.common)
 	if cfg.Defect != "" {
 		s.common["PHASEPAY_CHAOS_DEFECT"] = cfg.Defect
 	}

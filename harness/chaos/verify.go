@@ -284,7 +284,9 @@ func countRequests(sum *Summary, log []pspRequest) {
 	sum.PSPRequests = len(log)
 	perKey := map[string]int{}
 	for _, r := range log {
-		if r.Path != "/v1/authorizations" {
+		// The mock's authorizations, or Stripe's PaymentIntents and
+		// their search (stripe.go).
+		if r.Path != "/v1/authorizations" && r.Path != "/v1/payment_intents" && r.Path != "/v1/payment_intents/search" {
 			continue
 		}
 		switch r.Method {

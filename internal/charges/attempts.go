@@ -3,6 +3,7 @@ package charges
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,8 +19,16 @@ type attempt struct {
 	N   int
 	PSP string
 	Key string
-	// Outcome is authorized, declined or refused once answered.
+	// Outcome is authorized, declined or refused once answered, replaced
+	// once its key was spent (renewKey).
 	Outcome *string
+	// CreatedAt is when the attempt was recorded, before its first send:
+	// its key is no older at the PSP (the process's clock for an attempt
+	// this run recorded, the database's for one read back).
+	CreatedAt time.Time
+	// Hint is a PSP object reported for the charge by the PSP's own
+	// webhook (psp.AuthorizeRequest.Hint), null if none.
+	Hint *string
 }
 
 // The outcomes an attempt records.
@@ -27,13 +36,15 @@ const (
 	attemptAuthorized = "authorized"
 	attemptDeclined   = "declined"
 	attemptRefused    = "refused"
+	attemptReplaced   = "replaced"
 )
 
-// attemptKey is the PSP key of attempt n: PSPKey (<charge>:authorize) in
-// single-PSP mode, <charge>:authorize:<n> with several PSPs, so that each
-// PSP sees a key of its own and a resend reuses it.
+// attemptKey is the PSP key of attempt n: PSPKey (<charge>:authorize) for
+// the first in single-PSP mode, <charge>:authorize:<n> with several PSPs
+// and for every renewed key, so that each attempt sends a key of its own
+// and a resend reuses it.
 func attemptKey(chargeID string, n int, single bool) string {
-	if single {
+	if single && n == 1 {
 		return PSPKey(chargeID)
 	}
 	return fmt.Sprintf("%s:authorize:%d", chargeID, n)
@@ -47,6 +58,7 @@ const insertAttemptSQL = `INSERT INTO charge_attempts (tenant_id, charge_id, n, 
 
 func insertAttempt(tx *phases.Tx, c *Charge, a attempt) {
 	tx.Queue(insertAttemptSQL, c.TenantID, c.ID, a.N, a.PSP, a.Key)
+	a.CreatedAt = time.Now()
 	c.attempts = append(c.attempts, a)
 }
 
@@ -60,7 +72,7 @@ func endAttempt(tx *phases.Tx, c *Charge, a *attempt, outcome string) {
 }
 
 // attemptsSQL lists a charge's attempts in order (its primary key).
-const attemptsSQL = `SELECT n, psp, psp_key, outcome FROM charge_attempts
+const attemptsSQL = `SELECT n, psp, psp_key, outcome, created_at, psp_reference FROM charge_attempts
  WHERE tenant_id = $1 AND charge_id = $2 ORDER BY n`
 
 // loadAttempts reads c's attempts. A charge created before attempts were
@@ -72,13 +84,14 @@ func loadAttempts(ctx context.Context, q idempotency.DBTX, c *Charge) error {
 	}
 	c.attempts, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (attempt, error) {
 		var a attempt
-		return a, row.Scan(&a.N, &a.PSP, &a.Key, &a.Outcome)
+		return a, row.Scan(&a.N, &a.PSP, &a.Key, &a.Outcome, &a.CreatedAt, &a.Hint)
 	})
 	if err != nil {
 		return fmt.Errorf("attempts of %s: %w", c.ID, err)
 	}
 	if len(c.attempts) == 0 {
-		c.attempts = []attempt{{N: 1, PSP: c.PSP, Key: PSPKey(c.ID)}}
+		// Its key is as old as the charge.
+		c.attempts = []attempt{{N: 1, PSP: c.PSP, Key: PSPKey(c.ID), CreatedAt: c.CreatedAt}}
 	}
 	return nil
 }
@@ -94,3 +107,15 @@ func (c *Charge) tried() []string {
 
 // current is the attempt under way: the last.
 func (c *Charge) current() *attempt { return &c.attempts[len(c.attempts)-1] }
+
+// renewed reports whether an attempt before the current one, at the same
+// PSP, had its key spent: the current key was made to replace it.
+func (c *Charge) renewed() bool {
+	cur := c.current()
+	for _, a := range c.attempts[:len(c.attempts)-1] {
+		if a.PSP == cur.PSP && a.Outcome != nil && *a.Outcome == attemptReplaced {
+			return true
+		}
+	}
+	return false
+}

@@ -124,6 +124,10 @@ func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Ru
 			IdempotencyKey: cur.Key,
 			PSP:            cur.PSP,
 			FirstSend:      run.Fresh,
+			KeyCreatedAt:   keyCreatedAt(c, cur),
+			Renewed:        c.renewed(),
+			Hint:           deref(cur.Hint),
+			TenantID:       c.TenantID,
 			Amount:         c.Amount,
 			Currency:       c.Currency,
 			PaymentMethod:  c.PaymentMethod,
@@ -161,6 +165,11 @@ func recordAuthorization(routes Routes) func(context.Context, *phases.Tx, *phase
 			c.PSP = cmp.Or(out.PSP, cur.PSP)
 		case out.Declined():
 			c.Status, c.PSPReference, c.DeclineCode, ended = StatusDeclined, &out.Authorization.ID, out.Authorization.DeclineCode, attemptDeclined
+		case out.NewKey:
+			// The key is spent, its outcome still unknown: a new attempt
+			// at the same PSP, under a new key (failover.go).
+			renewKey(tx, c)
+			return phases.Again(), nil
 		default: // refused: nothing was done at the PSP, and never will be
 			if failedOver(tx, run, routes) {
 				return phases.Again(), nil

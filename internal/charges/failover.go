@@ -3,6 +3,7 @@ package charges
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
@@ -79,7 +80,13 @@ func (s singleRoute) LookupAt(ctx context.Context, _, ref string) ([]psp.Authori
 // the outcome unknown (the run is released and retried).
 func lookUpEarlier(ctx context.Context, routes Routes, c *Charge) (psp.Outcome, bool, error) {
 	var out psp.Outcome
+	cur := c.current()
 	for _, a := range c.attempts[:len(c.attempts)-1] {
+		if a.PSP == cur.PSP {
+			// A key renewed at the current PSP: its connector looks the
+			// charge up there itself, by the charge, whatever the key.
+			continue
+		}
 		list, err := routes.LookupAt(ctx, a.PSP, c.ID)
 		out.Lookups++
 		if err != nil {
@@ -117,4 +124,27 @@ func failedOver(tx *phases.Tx, run *phases.Run[*Charge], routes Routes) bool {
 	updateChargePSP(tx, c)
 	routes.CountFailover(fromPSP, next)
 	return true
+}
+
+// renewKey records, for a charge whose current key its PSP reported spent
+// (psp.Outcome.NewKey: a saved 5xx replayed, or past the key window, and
+// nothing found yet), a new attempt at the same PSP under the next derived
+// key, in the transaction of the arrow that got the outcome; the old
+// attempt ends as replaced. Nothing is sent yet: the PSP's connector sends
+// under the new key only once its lookup proves the old one did nothing
+// (internal/psp/stripepsp). The charge stays at charge_created, and its
+// PSP is unchanged.
+func renewKey(tx *phases.Tx, c *Charge) {
+	from := c.current()
+	endAttempt(tx, c, from, attemptReplaced)
+	insertAttempt(tx, c, attempt{N: from.N + 1, PSP: from.PSP, Key: attemptKey(c.ID, from.N+1, false)})
+}
+
+// keyCreatedAt is when a's key was recorded: the charge's creation for the
+// first attempt of a charge made in this run (recorded in its transaction).
+func keyCreatedAt(c *Charge, a *attempt) time.Time {
+	if a.CreatedAt.IsZero() {
+		return c.CreatedAt
+	}
+	return a.CreatedAt
 }

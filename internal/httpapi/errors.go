@@ -81,6 +81,10 @@ func problemFor(err error) problem.Problem {
 			"This account has %d webhook endpoints, the most it may have. Delete one to create another.", webhooks.MaxEndpoints))
 	case errors.Is(err, idempotency.ErrBodyInvalid):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
+	case errors.Is(err, errWebhookSignature):
+		return problem.New(http.StatusBadRequest, problem.InvalidRequest, "The Stripe-Signature header does not verify with this PSP's webhook secret, or is older than 5 minutes.")
+	case errors.Is(err, errWebhookPayload):
+		return problem.New(http.StatusBadRequest, problem.InvalidRequest, "The body is not a Stripe event.")
 	case errors.Is(err, errBodyUnreadable):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, "The request body could not be read (e.g. malformed chunked encoding).")
 	case errors.Is(err, errContentType):

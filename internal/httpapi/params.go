@@ -56,6 +56,18 @@ var routeParams = map[string]params{
 	"POST /v1/webhook_endpoints":              {},
 	"GET /v1/webhook_endpoints":               {query: listQuery(endpointID, nil)},
 	"DELETE /v1/webhook_endpoints/{id}":       {path: map[string]check{"id": endpointID}},
+	"POST /v1/psp_webhooks/{psp}":             {path: map[string]check{"psp": pspName}},
+}
+
+// pspNameRE is the shape of a PSP's name (internal/routing, PSPS).
+var pspNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+// pspName accepts a PSP's name.
+func pspName(v string) error {
+	if !pspNameRE.MatchString(v) {
+		return errors.New("not a PSP name")
+	}
+	return nil
 }
 
 // listQuery is the query of a list: limit, starting_after (an id of the

@@ -67,6 +67,10 @@ type Config struct {
 	// WebhookGuard, if set, replaces the guard built from
 	// WebhookAllowPrivate (tests: a resolver of their own).
 	WebhookGuard *webhooks.Guard
+	// PSPWebhookSecrets are the webhook secrets of the PSPs whose own
+	// webhooks POST /v1/psp_webhooks/{psp} accepts (Stripe PSPs with
+	// PSP_<NAME>_WEBHOOK_SECRET), by PSP name.
+	PSPWebhookSecrets map[string]string
 }
 
 // NewHandler returns the service's http.Handler.
@@ -166,6 +170,7 @@ func newRouter(cfg Config) (*chi.Mux, error) {
 		route(http.MethodPost, "/webhook_endpoints", s.createWebhookEndpoint)
 		route(http.MethodGet, "/webhook_endpoints", s.listWebhookEndpoints)
 		route(http.MethodDelete, "/webhook_endpoints/{id}", s.deleteWebhookEndpoint)
+		route(http.MethodPost, "/psp_webhooks/{psp}", s.pspWebhook)
 	})
 	return r, nil
 }
@@ -244,6 +249,12 @@ func writeText(w http.ResponseWriter, status int, body string) {
 // authenticate resolves the bearer key to a tenant.
 func (s *server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isPSPWebhook(r) {
+			// A PSP's own webhook: the PSP's signature, checked by its
+			// handler, stands for the key (pspwebhooks.go).
+			next.ServeHTTP(w, r)
+			return
+		}
 		// Exactly one field: with two, r.Header.Get would pick the first,
 		// while a proxy or the client's own log may go by the second.
 		fields := r.Header.Values("Authorization")

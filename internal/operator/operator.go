@@ -153,8 +153,9 @@ func (d *Desk) service(ctx context.Context, force bool) (*charges.Service, error
 		return nil, err
 	}
 	var client charges.Authorizer
-	if len(d.cfg.Routing.PSPs) > 0 && !d.cfg.Routing.Single {
-		// With PSPS, the lookup asks every PSP (routing.Router.Lookup).
+	if len(d.cfg.Routing.PSPs) > 0 && (!d.cfg.Routing.Single || d.cfg.Routing.PSPs[0].Stripe != nil) {
+		// With PSPS, the lookup asks every PSP (routing.Router.Lookup); a
+		// Stripe PSP_URL is spoken through its connector.
 		client, err = routing.NewTraced(d.cfg.Routing, tel, d.cfg.Logger)
 	} else {
 		client, err = routing.TracedClient(d.cfg.PSPURL, tel)

@@ -121,7 +121,9 @@ func call[S any](ctx context.Context, e *Engine, op *registered[S], run *Run[S],
 		// find out (by reference), not this run's to record.
 		return out, err
 	}
-	if out.Class == psp.ClassBusy || out.Class == psp.ClassUnknown {
+	// An unknown outcome whose key is spent (NewKey) is committed: its
+	// step's arrows record a new key for the next call.
+	if out.Class == psp.ClassBusy || out.Class == psp.ClassUnknown && !out.NewKey {
 		return out, released{e.release(ctx, run.Lease, cmp.Or(run.ObjectID, run.Lease.Record.ObjectID), err, out.RetryAfter)}
 	}
 	if err := e.crash(ctx, CrashAfterPSPCall); err != nil {

@@ -146,6 +146,15 @@ type Outcome struct {
 	// FoundByLookup reports that Authorization came from a lookup by
 	// reference, after an unknown outcome, rather than from an answer.
 	FoundByLookup bool
+	// NewKey, with ClassUnknown, says the attempt's key can do nothing
+	// more at the PSP (the PSP saved a 5xx under it and replays it, or the
+	// key is past the PSP's key window) and a lookup found nothing yet. The
+	// outcome stays unknown, but unlike any other unknown outcome it is
+	// committed (internal/phases): the charge records a new attempt at the
+	// same PSP under a new derived key (internal/charges), which the PSP's
+	// connector sends only once its lookup proves the old key did nothing.
+	// Only an authorization sets it.
+	NewKey bool
 	// PSP names the PSP that gave the outcome, when a router chose among
 	// several (internal/routing); empty from a Client alone.
 	PSP string

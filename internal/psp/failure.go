@@ -87,6 +87,20 @@ func reasonRefused(status int) string {
 	return "PSP refused the request (" + strconv.Itoa(status) + ")"
 }
 
+// NewFailure is the Failure of an exchange that gave no result, for a PSP
+// connector outside this package: its public words are classified from
+// class, the status the PSP answered (0 if none) and err, what went wrong
+// sending or reading (nil if nothing did); cause is the raw cause, which
+// must wrap the class's sentinel.
+func NewFailure(ctx context.Context, class Class, status int, err, cause error) *Failure {
+	return &Failure{Class: class, Public: publicReason(ctx, class, status, err), Err: cause}
+}
+
+// PSPReason is pspReason for a PSP connector outside this package: the
+// code and message of an {"error": {"code", "message"}} body, fit for a
+// tenant to read, or "".
+func PSPReason(raw []byte) string { return pspReason(raw) }
+
 // newFailure classifies a failed exchange's public words (publicReason)
 // and pairs them with its raw cause.
 func newFailure(ctx context.Context, class Class, status int, cause error) *Failure {

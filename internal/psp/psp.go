@@ -6,7 +6,10 @@
 // `make run` and bin/mockpsp.
 package psp
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Authorization statuses, as the PSP spells them.
 const (
@@ -48,6 +51,27 @@ type AuthorizeRequest struct {
 	// PSP names the PSP to send to when a router chooses among several
 	// (internal/routing); a Client sends to its own BaseURL and ignores it.
 	PSP string `json:"-"`
+	// KeyCreatedAt is when the attempt that owns IdempotencyKey was
+	// recorded, before its first send: the key is no older at the PSP. A
+	// PSP that forgets keys (Stripe, internal/psp/stripepsp) resends under
+	// the key only while it is younger than the PSP's key window. Zero
+	// means unknown, which such a PSP treats as past the window. The mock's
+	// Client ignores it: it looks up before every resend.
+	KeyCreatedAt time.Time `json:"-"`
+	// Renewed says that an earlier attempt of the charge at this PSP ended
+	// with its key spent (Outcome.NewKey): that key may have acted, and a
+	// lookup that lags may not show it yet. A PSP whose lookup lags sends
+	// under this key only once its lookup can prove the earlier keys did
+	// nothing.
+	Renewed bool `json:"-"`
+	// Hint is the PSP's id of an object the PSP reported for the charge
+	// (its own webhook, internal/psp/stripepsp): a PSP whose lookup by
+	// reference lags reads the object by id first. It decides nothing by
+	// itself; the object is checked to be the charge's.
+	Hint string `json:"-"`
+	// TenantID is the charge's tenant, sent to PSPs that keep it beside
+	// the reference (Stripe's metadata) for their webhooks to name it.
+	TenantID int64 `json:"-"`
 	// Amount is a positive integer in the currency's minor unit.
 	Amount int64 `json:"amount"`
 	// Currency is a lower-case ISO 4217 code.

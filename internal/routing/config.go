@@ -21,6 +21,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/envconfig"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/stripepsp"
 )
 
 // DefaultName is the PSP's name when PSP_URL gives the only one.
@@ -39,9 +40,17 @@ const (
 // PSP is one named PSP.
 type PSP struct {
 	Name string
-	// URL is its base URL, or Embedded.
+	// URL is its base URL, or Embedded. Its scheme names its dialect:
+	// http(s) is phasepay's own PSP protocol (the mock's), stripe+http(s)
+	// is Stripe (internal/psp/stripepsp).
 	URL string
+	// Stripe is a Stripe PSP's settings (PSP_<NAME>_API_KEY and the
+	// rest); nil for any other.
+	Stripe *stripepsp.Settings
 }
+
+// String names the PSP for logs: its name and redacted URL, never its key.
+func (p PSP) String() string { return p.Name + "=" + psp.RedactURL(p.URL) }
 
 // Config is the PSPs of a process and the order to try them in.
 type Config struct {
@@ -99,7 +108,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		if err := checkURL(pspURL, true); err != nil {
 			return Config{}, fmt.Errorf("PSP_URL: %w", err)
 		}
-		c.PSPs, c.Single = []PSP{{Name: DefaultName, URL: pspURL}}, true
+		p, err := withDialect(getenv, PSP{Name: DefaultName, URL: pspURL})
+		if err != nil {
+			return Config{}, err
+		}
+		c.PSPs, c.Single = []PSP{p}, true
 		c.Routes = map[string][]string{"*": {DefaultName}}
 		return c, nil
 	case psps == "":
@@ -110,6 +123,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.PSPs, err = parsePSPs(psps); err != nil {
 		return Config{}, fmt.Errorf("PSPS: %w", err)
+	}
+	for i := range c.PSPs {
+		if c.PSPs[i], err = withDialect(getenv, c.PSPs[i]); err != nil {
+			return Config{}, err
+		}
 	}
 	if c.Routes, err = parseRoutes(routes, c.PSPs); err != nil {
 		return Config{}, fmt.Errorf("PSP_ROUTING: %w", err)
@@ -190,18 +208,37 @@ func parseRoutes(v string, psps []PSP) (map[string][]string, error) {
 	return routes, nil
 }
 
-// checkURL accepts an absolute http(s) URL, or Embedded where allowed.
+// withDialect reads the settings of p's dialect: a Stripe PSP's key is
+// required (PSP_<NAME>_API_KEY), so one without refuses to start.
+func withDialect(getenv func(string) string, p PSP) (PSP, error) {
+	if !stripepsp.IsURL(p.URL) {
+		return p, nil
+	}
+	s, err := stripepsp.SettingsFromEnv(getenv, p.Name)
+	if err != nil {
+		return PSP{}, err
+	}
+	p.Stripe = &s
+	return p, nil
+}
+
+// checkURL accepts an absolute http(s) URL, a Stripe PSP's stripe+http(s)
+// URL, or Embedded where allowed.
 func checkURL(v string, embedded bool) error {
 	if embedded && v == Embedded {
 		return nil
+	}
+	if stripepsp.IsURL(v) {
+		_, err := stripepsp.BaseURL(v)
+		return err
 	}
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		// Quoted without credentials or query: the reason is printed.
 		if embedded {
-			return fmt.Errorf("%q is not an http(s) URL or %q", psp.RedactURL(v), Embedded)
+			return fmt.Errorf("%q is not an http(s) URL, a stripe+http(s) URL or %q", psp.RedactURL(v), Embedded)
 		}
-		return fmt.Errorf("%q is not an http(s) URL", psp.RedactURL(v))
+		return fmt.Errorf("%q is not an http(s) or stripe+http(s) URL", psp.RedactURL(v))
 	}
 	return nil
 }

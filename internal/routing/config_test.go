@@ -40,7 +40,12 @@ func TestFromEnv(t *testing.T) {
 		{map[string]string{"PSP_URL": "http://x", "PSPS": "a=http://y"}, "PSP_URL and PSPS are both set"},
 		{map[string]string{"PSP_URL": "ftp://x"}, "PSP_URL:"},
 		{map[string]string{"PSPS": "a=http://x,a=http://y"}, `PSPS: name "a" appears twice`},
-		{map[string]string{"PSPS": "a=nope"}, `PSPS: a: "nope" is not an http(s) URL`},
+		{map[string]string{"PSPS": "a=nope"}, `PSPS: a: "nope" is not an http(s) or stripe+http(s) URL`},
+		{map[string]string{"PSPS": "stripe=stripe+https://api.stripe.com"}, "PSP_STRIPE_API_KEY is not set"},
+		{map[string]string{"PSP_URL": "stripe+https://api.stripe.com"}, "PSP_DEFAULT_API_KEY is not set"},
+		{map[string]string{"PSPS": "s=stripe+http://u:p@127.0.0.1:1", "PSP_S_API_KEY": "sk_test_x"}, "no credentials"},
+		{map[string]string{"PSPS": "s=stripe+https://", "PSP_S_API_KEY": "sk_test_x"}, "with a host"},
+		{map[string]string{"PSPS": "s=stripe+https://h", "PSP_S_API_KEY": "sk_test_x", "PSP_S_SEARCH_LAG": "0s"}, "PSP_S_SEARCH_LAG: must be positive"},
 		{map[string]string{"PSPS": "a"}, "PSPS:"},
 		{map[string]string{"PSPS": "a=http://x", "PSP_ROUTING": "usd:a"}, "PSP_ROUTING: no route for *"},
 		{map[string]string{"PSPS": "a=http://x", "PSP_ROUTING": "*:b"}, `unknown PSP "b"`},
@@ -55,6 +60,33 @@ func TestFromEnv(t *testing.T) {
 		require.NotContains(t, err.Error(), "\n", "one line")
 		require.False(t, strings.HasSuffix(err.Error(), "."))
 	}
+}
+
+// TestStripePSPConfig: a stripe+ URL is a Stripe PSP, whose key and
+// settings come from PSP_<NAME>_*; the defaults are Stripe's documented
+// key retention less an hour and its search's lag bound.
+func TestStripePSPConfig(t *testing.T) {
+	t.Parallel()
+	c, err := routing.FromEnv(env(map[string]string{
+		"PSPS":                      "stripe=stripe+http://127.0.0.1:12111,backup-1=http://127.0.0.1:2",
+		"PSP_STRIPE_API_KEY":        "sk_test_123",
+		"PSP_STRIPE_KEY_WINDOW":     "10s",
+		"PSP_BACKUP_1_API_KEY":      "ignored: not a Stripe PSP",
+		"PSP_STRIPE_WEBHOOK_SECRET": "whsec_abc",
+	}))
+	require.NoError(t, err)
+	require.NotNil(t, c.PSPs[0].Stripe)
+	require.Equal(t, "sk_test_123", c.PSPs[0].Stripe.APIKey)
+	require.Equal(t, "whsec_abc", c.PSPs[0].Stripe.WebhookSecret)
+	require.Equal(t, 10*time.Second, c.PSPs[0].Stripe.KeyWindow)
+	require.Equal(t, time.Hour, c.PSPs[0].Stripe.SearchLag)
+	require.Nil(t, c.PSPs[1].Stripe)
+	require.NotContains(t, c.PSPs[0].String()+c.PSPs[0].Stripe.String(), "sk_test_123", "no secret printed")
+
+	c, err = routing.FromEnv(env(map[string]string{"PSP_URL": "stripe+https://api.stripe.com", "PSP_DEFAULT_API_KEY": "sk_test_9"}))
+	require.NoError(t, err)
+	require.True(t, c.Single)
+	require.Equal(t, 23*time.Hour, c.PSPs[0].Stripe.KeyWindow)
 }
 
 func TestBreaker(t *testing.T) {

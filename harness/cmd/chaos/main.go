@@ -78,6 +78,10 @@ func run(args []string, stdout io.Writer) int {
 	fs.BoolVar(&cfg.KeepDatabase, "keep-db", false, "keep the run's database (with -db-restarts 0 only)")
 	fs.BoolVar(&cfg.Pooler, "pooler", false, "put a PgBouncer in transaction mode between the workers and reapers and the database (DATABASE_POOLER=transaction; every other process with DATABASE_DIRECT_URL, the others polling)")
 	fs.IntVar(&cfg.PSPs, "psps", 1, "mock PSPs to route between (PSPS, PSP_ROUTING); above 1, one of them is down, refusing or dropping answers for stretches")
+	dialect := fs.String("psp-dialect", "mock", "the PSP's dialect: mock (the mock PSP) or stripe (a stand-in keeping Stripe's semantics, reached through the Stripe connector; with -psps 1)")
+	var stripe chaos.StripeDialect
+	fs.DurationVar(&stripe.KeyWindow, "stripe-key-window", 10*time.Second, "with -psp-dialect stripe: how long the stand-in remembers an idempotency key (Stripe: 24h)")
+	fs.DurationVar(&stripe.SearchLag, "stripe-search-lag", time.Second, "with -psp-dialect stripe: the stand-in's longest search lag (Stripe: up to an hour)")
 	admin := fs.String("admin-url", envOr("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL to create the run's database on (with -db-restarts 0)")
 	jsonPath := fs.String("json", "", "write the summary as JSON to this file, and the HTML report beside it (its name ending .html)")
 	htmlPath := fs.String("html", "", "write the HTML report to this file (default: beside -json)")
@@ -106,6 +110,13 @@ func run(args []string, stdout io.Writer) int {
 		return 2
 	}
 	cfg.AdminURL = *admin
+	switch {
+	case *dialect == "stripe" && cfg.PSPs <= 1:
+		cfg.Stripe = &stripe
+	case *dialect != "mock":
+		fmt.Fprintln(os.Stderr, "chaos: -psp-dialect: mock, or stripe with -psps 1")
+		return 2
+	}
 	cfg.Progress = os.Stderr
 
 	if *render != "" {
