@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 )
@@ -116,5 +117,8 @@ func failedOver(tx *phases.Tx, run *phases.Run[*Charge], routes Routes) bool {
 	c.PSP = next
 	updateChargePSP(tx, c)
 	routes.CountFailover(fromPSP, next)
+	// The request's timeline says where it went ("moved to secondary"),
+	// written with the transaction that records the move.
+	run.Lease.Note(idempotency.Entry{Kind: idempotency.KindMoved, PSP: next})
 	return true
 }
