@@ -1,9 +1,10 @@
 // Package timeline reads a request's whole life for operators (bin/api
 // requests show, the console): its key's timeline, as the key's own
 // statements recorded it (internal/idempotency, timeline.go), with the
-// events its transactions wrote and their webhook delivery attempts, merged
-// in time order. Two queries: the key's row, then its events with their
-// attempts.
+// events its transactions wrote, their webhook delivery attempts and the
+// redeliveries asked for of them, merged in time order. Two queries (the
+// key's row, then its events with their attempts), and a third for the
+// redeliveries when it wrote events.
 //
 // Nothing here is for tenants: entries name processes (holders) and raw
 // causes. The tenant's view is the key's timeline alone, stripped of both
@@ -20,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
 // DBTX is what Read runs its two queries on: a pool, a connection or a
@@ -39,6 +41,12 @@ const (
 	// endpoint (EventID, EndpointID, Attempt, the endpoint's Status, its
 	// DurationMS, the Error in stable words).
 	KindWebhookAttempt idempotency.Kind = "webhook_attempt"
+	// KindWebhookRedelivery: a redelivery asked for of such an event
+	// (EventID; EndpointID, or "" for every endpoint it was owed to), by
+	// the tenant or an operator (Operator: "tenant" or the operator's
+	// name; Via: api, cli or console), and how many deliveries it made
+	// due (Attempt).
+	KindWebhookRedelivery idempotency.Kind = "webhook_redelivery"
 )
 
 // Entry is one moment of a request's life: an entry of its key's timeline,
@@ -50,6 +58,7 @@ type Entry struct {
 	EndpointID string `json:"endpoint_id,omitempty"`
 	Attempt    int    `json:"attempt,omitempty"`
 	Error      string `json:"error,omitempty"`
+	Via        string `json:"via,omitempty"`
 }
 
 // Timeline is a request's life as an operator reads it.
@@ -161,7 +170,11 @@ func readEvents(ctx context.Context, q DBTX, tenantID int64, key, objectID strin
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("events of %q: %w", key, err)
 	}
-	extra := append(events, attempts...)
+	redeliveries, err := readRedeliveries(ctx, q, tenantID, events)
+	if err != nil {
+		return nil, err
+	}
+	extra := append(append(events, attempts...), redeliveries...)
 	slices.SortStableFunc(extra, func(a, b Entry) int { return a.At.Compare(b.At) })
 	return extra, nil
 }
@@ -181,4 +194,27 @@ func merge(base, extra []Entry) []Entry {
 		out = append(out, x)
 	}
 	return append(out, base[i:]...)
+}
+
+// readRedeliveries returns the redeliveries asked for of events, each an
+// entry at the time it was asked for.
+func readRedeliveries(ctx context.Context, q DBTX, tenantID int64, events []Entry) ([]Entry, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(events))
+	types := map[string]string{}
+	for i, ev := range events {
+		ids[i], types[ev.EventID] = ev.EventID, ev.EventType
+	}
+	recs, err := webhooks.RedeliveriesOf(ctx, q, tenantID, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, len(recs))
+	for i, r := range recs {
+		out[i] = Entry{EventID: r.EventID, EventType: types[r.EventID], EndpointID: r.EndpointID, Attempt: r.Deliveries, Via: r.Via}
+		out[i].Kind, out[i].At, out[i].Operator = KindWebhookRedelivery, r.RequestedAt, r.By
+	}
+	return out, nil
 }
