@@ -166,3 +166,44 @@ func TestReadmeNamesThePortsAndTheHost(t *testing.T) {
 		}
 	}
 }
+
+// attempts counts failed attempts: every interface that shows a key's
+// count gives it as failed_attempts and defines attempts as its older
+// name (the OpenAPI schema, api.md, requests list -h), so neither can
+// be read as "attempts made".
+func TestFailedAttemptsIsDefinedEverywhere(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Required   []string
+				Properties map[string]struct {
+					Description string
+					Deprecated  bool
+				}
+			}
+		}
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(readFile(t, filepath.Join(repoRoot, "api", "openapi.yaml"))), &doc))
+	key := doc.Components.Schemas["IdempotencyKey"]
+	require.Contains(t, key.Required, "failed_attempts")
+	require.Contains(t, key.Properties["failed_attempts"].Description, "ended without finishing")
+	require.True(t, key.Properties["attempts"].Deprecated)
+	require.Contains(t, key.Properties["attempts"].Description, "`failed_attempts`")
+
+	flat := strings.Join(strings.Fields(readDoc(t, "api.md")), " ")
+	require.Contains(t, flat, "`failed_attempts` (the attempts that ended without finishing")
+	require.Contains(t, flat, "its older name `attempts` (the same number")
+	require.NotRegexp(t, "`recovery_point`, `attempts`", flat, "attempts listed without its meaning")
+	cmd := readFile(t, filepath.Join(repoRoot, "cmd", "api", "requests.go"))
+	require.Contains(t, cmd, "failed_attempts (and\nattempts, the same number under its older name)")
+}
+
+// Webhook endpoint validation errors name the field in errors, like every
+// other invalid body, and api.md says so.
+func TestWebhookValidationErrorsAreDocumented(t *testing.T) {
+	t.Parallel()
+	flat := strings.Join(strings.Fields(readDoc(t, "api.md")), " ")
+	require.Contains(t, flat, "A `url` or `events` that is not acceptable answers 400 `invalid_request` with `errors` naming the member")
+	require.Contains(t, flat, "| `errors` | for `invalid_request`: one `{\"field\", \"message\"}` per invalid field (a webhook endpoint's `url` or `events` too) |")
+}
