@@ -193,8 +193,10 @@ func (s *shownRequest) print(w io.Writer) error {
 		charge = fmt.Sprintf("%s %s, %d %s, captured %d, refunded %d, at PSP %s as %s",
 			c.ID, c.Status, c.Amount, c.Currency, c.AmountCaptured, c.AmountRefunded, c.PSP, orDash(c.PSPReference))
 	}
-	// One width for every label, the JSON blocks between them included.
-	width := len("failed attempts") + 2
+	// One width for every label, the JSON blocks between them included
+	// ("failed attempts", one longer than "recovery point", takes its
+	// one space).
+	width := len("recovery point") + 2
 	line := func(label, value string) {
 		fmt.Fprintf(w, "%-*s%s\n", width, label, value)
 	}

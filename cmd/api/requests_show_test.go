@@ -34,10 +34,10 @@ func TestRequestsShowPrintsTheTimeline(t *testing.T) {
 	code, out, errOut := b.cli(t, "embedded", "requests", "show", "acme", key)
 	require.Zero(t, code, errOut)
 	for _, want := range []string{
-		"state            completed",
-		"failed attempts  1",
-		"stored answer    201",
-		"lock version     2",
+		"state           completed",
+		"failed attempts 1",
+		"stored answer   201",
+		"lock version    2",
 		"TIME (UTC)", "HOLDER", "WHAT",
 		"claimed the key (lock_version 1)",
 		"reached charge_created",
