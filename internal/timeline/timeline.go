@@ -21,7 +21,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
 // DBTX is what Read runs its two queries on: a pool, a connection or a
@@ -196,6 +195,16 @@ func merge(base, extra []Entry) []Entry {
 	return append(out, base[i:]...)
 }
 
+// redeliveriesSQL reads the redeliveries asked for of the request's events
+// (webhook_redeliveries, written by package webhooks), through
+// webhook_redeliveries_event. A redelivery of an endpoint's window names no
+// event, and is not among them.
+const redeliveriesSQL = `
+SELECT requested_at, requested_by, via, event_id, coalesce(endpoint_id, ''), deliveries
+  FROM webhook_redeliveries
+ WHERE tenant_id = $1 AND event_id = ANY($2::text[])
+ ORDER BY requested_at, id`
+
 // readRedeliveries returns the redeliveries asked for of events, each an
 // entry at the time it was asked for.
 func readRedeliveries(ctx context.Context, q DBTX, tenantID int64, events []Entry) ([]Entry, error) {
@@ -207,14 +216,21 @@ func readRedeliveries(ctx context.Context, q DBTX, tenantID int64, events []Entr
 	for i, ev := range events {
 		ids[i], types[ev.EventID] = ev.EventID, ev.EventType
 	}
-	recs, err := webhooks.RedeliveriesOf(ctx, q, tenantID, ids)
+	rows, err := q.Query(ctx, redeliveriesSQL, tenantID, ids)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("redeliveries: %w", err)
 	}
-	out := make([]Entry, len(recs))
-	for i, r := range recs {
-		out[i] = Entry{EventID: r.EventID, EventType: types[r.EventID], EndpointID: r.EndpointID, Attempt: r.Deliveries, Via: r.Via}
-		out[i].Kind, out[i].At, out[i].Operator = KindWebhookRedelivery, r.RequestedAt, r.By
+	var (
+		out []Entry
+		e   Entry
+	)
+	_, err = pgx.ForEachRow(rows, []any{&e.At, &e.Operator, &e.Via, &e.EventID, &e.EndpointID, &e.Attempt}, func() error {
+		e.Kind, e.EventType = KindWebhookRedelivery, types[e.EventID]
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redeliveries: %w", err)
 	}
 	return out, nil
 }

@@ -247,34 +247,3 @@ func redeliverWindow(ctx context.Context, q events.DBTX, r Redelivery) (Redelive
 		cursorAt, cursorID = *lastAt, lastID
 	}
 }
-
-// RedeliveryRecord is one row of webhook_redeliveries.
-type RedeliveryRecord struct {
-	RequestedAt time.Time
-	By, Via     string
-	EventID     string
-	EndpointID  string
-	From, Until *time.Time
-	Deliveries  int
-}
-
-const redeliveriesOfEventsSQL = `
-SELECT requested_at, requested_by, via, coalesce(event_id, ''), coalesce(endpoint_id, ''), window_from, window_until, deliveries
-  FROM webhook_redeliveries
- WHERE tenant_id = $1 AND event_id = ANY($2::text[])
- ORDER BY requested_at, id`
-
-// RedeliveriesOf returns the redeliveries asked for of the tenant's events
-// ids, oldest first (window redeliveries, which name no event, are not
-// among them).
-func RedeliveriesOf(ctx context.Context, q events.DBTX, tenantID int64, ids []string) ([]RedeliveryRecord, error) {
-	rows, err := q.Query(ctx, redeliveriesOfEventsSQL, tenantID, ids)
-	if err != nil {
-		return nil, fmt.Errorf("redeliveries: %w", err)
-	}
-	recs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[RedeliveryRecord])
-	if err != nil {
-		return nil, fmt.Errorf("redeliveries: %w", err)
-	}
-	return recs, nil
-}
