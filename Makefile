@@ -6,17 +6,21 @@ export API_ADDR     ?= 127.0.0.1:8080
 export MOCKPSP_ADDR ?= 127.0.0.1:8090
 
 BINARIES := bin/api bin/reaper bin/mockpsp
+# TOOLS are the client side's commands: chargectl (cmd/chargectl, package
+# client's command-line face), built by make build and make run beside the
+# server's binaries, not shipped in its image.
+TOOLS := bin/chargectl
 
 # CLIENT is the Go client, a module of its own (client/go.mod, for an older Go
 # than the server needs) that go.mod requires through a replace: ./... does
 # not reach into it, so every target names it too.
 CLIENT := github.com/phasepay/phasepay/client/...
 
-.PHONY: all build run test fuzz vet lint pg pg-test pgbouncer pg-auto-failover chromium stripe-mock screenshots chaos failover bench profile soak clean
+.PHONY: all build run test test-host fuzz vet lint pg pg-test pgbouncer pg-auto-failover chromium stripe-mock screenshots chaos failover bench profile soak clean
 
 all: build
 
-build: $(BINARIES)
+build: $(BINARIES) $(TOOLS)
 
 bin/%: FORCE
 	$(GO) build -trimpath -o $@ ./cmd/$*
@@ -40,9 +44,15 @@ pg-test:
 pgbouncer:
 	@scripts/install-pgbouncer
 
-## run: migrate, create a dev API key, run api (with the embedded mock PSP) and reaper
+## run: check its ports are free, migrate, create a dev API key, run bin/mockpsp (its books kept in .run/), api, reaper and the console
 run: build pg
 	@scripts/run-dev
+
+# test-host: on a host without apt-get (not Debian), stop at once with one
+# line naming what make test would need and make compose-up, rather than
+# halfway through.
+test-host:
+	@scripts/check-test-host
 
 # pg-auto-failover: pg_autoctl and the monitor's extension, for the formation
 # test (harness/formation) and make failover.
@@ -61,7 +71,7 @@ stripe-mock:
 	@scripts/install-stripe-mock
 
 ## test: every test against a real PostgreSQL, with -race, plus vet, lint and a short fuzz of the parsers and of every route's parameters
-test: pg-test pgbouncer pg-auto-failover chromium stripe-mock vet lint
+test: test-host pg-test pgbouncer pg-auto-failover chromium stripe-mock vet lint
 	$(GO) test -race -count=1 -timeout 9m ./... $(CLIENT)
 	$(MAKE) --no-print-directory fuzz
 

@@ -64,6 +64,7 @@ func TestContractOperationsDocumented(t *testing.T) {
 		{"GET", "/v1/events", []int{200, 400, 401, 404, 405, 500, 503}, true},
 		{"GET", "/v1/events/{id}", []int{200, 401, 404, 405, 500, 503}, true},
 		{"GET", "/v1/events/{id}/deliveries", []int{200, 401, 404, 405, 500, 503}, true},
+		{"POST", "/v1/events/{id}/redeliver", []int{202, 400, 401, 404, 405, 413, 415, 500, 503}, true},
 		{"POST", "/v1/webhook_endpoints", []int{201, 400, 401, 405, 409, 413, 415, 422, 500, 503}, true},
 		{"GET", "/v1/webhook_endpoints", []int{200, 400, 401, 404, 405, 500, 503}, true},
 		{"DELETE", "/v1/webhook_endpoints/{id}", []int{200, 401, 404, 405, 500, 503}, true},

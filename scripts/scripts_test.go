@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -191,4 +192,115 @@ func TestInstallPgbouncer(t *testing.T) {
 	msg := strings.TrimSpace(string(out))
 	require.Contains(t, msg, "PGBOUNCER=")
 	require.NotContains(t, msg, "\n", "one line")
+}
+
+// pitfall 105 "A dev stack that starts on a taken port": make run with any
+// of its addresses taken (API_ADDR, MOCKPSP_ADDR, CONSOLE_ADDR,
+// REAPER_METRICS_ADDR) stops in under 5 s, before it starts anything, with
+// one line naming the port and the variable that moves it. It used to say
+// "phasepay is running" while its api crash-looped on "address already in
+// use" and another server answered the health check.
+func TestRunDevRefusesATakenPort(t *testing.T) {
+	t.Parallel()
+	bash, err := exec.LookPath("bash")
+	require.NoError(t, err)
+	vars := []string{"API_ADDR", "MOCKPSP_ADDR", "CONSOLE_ADDR", "REAPER_METRICS_ADDR"}
+	for _, taken := range vars {
+		t.Run(taken, func(t *testing.T) {
+			t.Parallel()
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer l.Close()
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+			_, port, err := net.SplitHostPort(l.Addr().String())
+			require.NoError(t, err)
+
+			cmd := exec.Command(bash, "run-dev")
+			// No binaries: the check comes before anything is started, so
+			// a run that got past it fails otherwise, and not in one line.
+			cmd.Env = append(os.Environ(), "BIN_DIR="+filepath.Join(t.TempDir(), "no-bin"), "RUN_DIR="+t.TempDir(),
+				"DATABASE_URL=postgres://postgres@127.0.0.1:1/none")
+			for _, v := range vars {
+				addr := l.Addr().String()
+				if v != taken {
+					host, p := closedAddr(t)
+					addr = host + ":" + p
+				}
+				cmd.Env = append(cmd.Env, v+"="+addr)
+			}
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			began := time.Now()
+			err = cmd.Run()
+			took := time.Since(began)
+			require.Error(t, err, "run-dev started with %s taken", taken)
+			require.Less(t, took, 5*time.Second)
+			msg := strings.TrimSpace(stderr.String())
+			require.NotContains(t, msg, "\n", "one line: %s", msg)
+			require.Contains(t, msg, port)
+			require.Contains(t, msg, taken+"=")
+			require.Empty(t, stdout.String(), "nothing printed as if it ran")
+		})
+	}
+}
+
+// On a host without apt-get (not Debian), make test stops at its first
+// step, at once, with one line naming every tool it lacks and the path
+// that works there, make compose-up; on this Debian host it says nothing.
+func TestCheckTestHostWithoutApt(t *testing.T) {
+	t.Parallel()
+	bash, err := exec.LookPath("bash")
+	require.NoError(t, err)
+	out, err := exec.Command(bash, "check-test-host").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Empty(t, strings.TrimSpace(string(out)), "with apt-get, nothing to say")
+
+	bin := t.TempDir() // a PATH with bash and nothing else: no apt-get, no docker
+	require.NoError(t, os.Symlink(bash, filepath.Join(bin, "bash")))
+	none := filepath.Join(t.TempDir(), "none")
+	cmd := exec.Command(filepath.Join(bin, "bash"), "check-test-host")
+	cmd.Env = []string{"PATH=" + bin, "PGBOUNCER=" + none, "PG_AUTOCTL=" + none, "CHROMIUM=" + none}
+	began := time.Now()
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Less(t, time.Since(began), 5*time.Second)
+	msg := strings.TrimSpace(string(out))
+	require.NotContains(t, msg, "\n", "one line: %s", msg)
+	for _, want := range []string{"apt-get", "Debian", "PgBouncer", "pg_autoctl", "Chromium", "make compose-up", "deploy/docker-compose.yml"} {
+		require.Contains(t, msg, want)
+	}
+}
+
+// make build (and so make run) builds every command under cmd/, chargectl
+// among them: the docs tell a reader to run bin/chargectl after make run.
+func TestMakeBuildBuildsEveryCommand(t *testing.T) {
+	t.Parallel()
+	mk, err := os.ReadFile("../Makefile")
+	require.NoError(t, err)
+	built := map[string]bool{}
+	for _, v := range []string{"BINARIES", "TOOLS"} {
+		m := regexp.MustCompile(`(?m)^` + v + ` := (.+)$`).FindSubmatch(mk)
+		require.NotNil(t, m, "Makefile has no %s", v)
+		for _, b := range strings.Fields(string(m[1])) {
+			built[b] = true
+		}
+	}
+	require.Regexp(t, `(?m)^build: \$\(BINARIES\) \$\(TOOLS\)$`, string(mk))
+	require.Regexp(t, `(?m)^run: build\b`, string(mk))
+	cmds, err := os.ReadDir("../cmd")
+	require.NoError(t, err)
+	for _, c := range cmds {
+		if c.IsDir() {
+			require.True(t, built["bin/"+c.Name()], "make build does not build bin/%s", c.Name())
+		}
+	}
+	require.True(t, built["bin/chargectl"])
 }

@@ -6,6 +6,7 @@
 //	api keys list --tenant NAME [--json] list NAME's keys, never their secrets
 //	api keys revoke ID                   refuse a key in every api process within 1 s
 //	api requests list|show|retry|resolve the operator's view of requests
+//	api webhooks redeliver               a new delivery attempt, due now
 //	api console                          the operator console, in a browser
 //
 // `api -h` lists the commands; -h or --help after any command prints its
@@ -45,6 +46,7 @@ var commands = []*command{
 		sub:     []*command{keysCreateCommand, keysListCommand, keysRevokeCommand},
 	},
 	requestsCommand,
+	webhooksCommand,
 	consoleCommand,
 }
 

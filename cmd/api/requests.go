@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -32,22 +33,37 @@ var requestsCommand = &command{
 	sub:     []*command{requestsListCommand, requestsShowCommand, requestsRetryCommand, requestsResolveCommand},
 }
 
+// listLimitDefault is how many requests `requests list` prints without
+// --limit: a screenful of the most urgent, not every key kept.
+const listLimitDefault = 100
+
+// listLimitMax bounds --limit: a page is read and sorted in memory.
+const listLimitMax = 10000
+
 var requestsListCommand = &command{
 	name:    "list",
-	args:    "[--tenant T] [--state " + stateNames("|") + "] [--older-than DURATION] [--json]",
-	summary: "list requests in every state, oldest first (or in one state with --state)",
-	help: `One line per key: tenant, key, endpoint, state, recovery point, attempts,
-next attempt, last error. --json prints one JSON object per line with tenant,
-key, endpoint, state, recovery_point, attempts, next_attempt_at, last_error
-(the tenant's words), last_error_detail (its raw cause, for operators only)
-and created_at. The states are the tenant view's (GET /v1/idempotency_keys):
-in_progress (a worker holds it now), unfinished (waiting for its next
-attempt), needs_attention (waiting for an operator), completed (its answer
-stored); done is accepted for completed.`,
+	args:    "[--tenant T] [--state " + stateNames("|") + "] [--older-than DURATION] [--limit N] [--after CURSOR] [--json]",
+	summary: "list requests in every state, oldest first (or in one state with --state), a page at a time",
+	help: `One line per key: tenant, key, endpoint, state, recovery point, failed
+attempts, next attempt, last error. --json prints one JSON object per line
+with tenant, key, endpoint, state, recovery_point, failed_attempts (and
+attempts, the same number under its older name), next_attempt_at,
+last_error (the tenant's words), last_error_detail (its raw cause, for
+operators only) and created_at. The states are the tenant view's (GET
+/v1/idempotency_keys): in_progress (a worker holds it now),
+unfinished (waiting for its next attempt),
+needs_attention (waiting for an operator),
+completed (its answer stored); done is accepted for completed.
+
+A page holds at most --limit requests (default 100). When more follow, a
+last line on stderr gives the --after CURSOR that starts the next page
+(keyset paging: requests claimed meanwhile never shift a page).`,
 	flags: func(fs *flag.FlagSet) action {
 		tenant := fs.String("tenant", "", "only this tenant's requests")
 		state := fs.String("state", "", "only requests in this state: "+stateNames(", "))
 		olderThan := fs.Duration("older-than", 0, "only requests claimed longer ago than this (e.g. 1h)")
+		limit := fs.Int("limit", listLimitDefault, fmt.Sprintf("the most requests to print, 1 to %d", listLimitMax))
+		after := fs.String("after", "", "start after this cursor (printed at the end of the previous page)")
 		asJSON := fs.Bool("json", false, "one JSON object per line")
 		return func(ctx context.Context, inv *invocation) error {
 			if len(inv.args) > 0 {
@@ -64,7 +80,17 @@ stored); done is accepted for completed.`,
 			if *olderThan < 0 {
 				return usageErrorf("--older-than must not be negative")
 			}
-			f.OlderThan = *olderThan
+			if *limit < 1 || *limit > listLimitMax {
+				return usageErrorf("--limit must be 1 to %d", listLimitMax)
+			}
+			if *after != "" {
+				c, err := idempotency.ParseCursor(*after)
+				if err != nil {
+					return usageErrorf("--after: %v", err)
+				}
+				f.After = &c
+			}
+			f.OlderThan, f.Limit = *olderThan, *limit+1
 			return withPool(ctx, inv, func(ctx context.Context, pool *pgxpool.Pool) error {
 				if *tenant != "" {
 					t, err := tenants.ByName(ctx, pool, *tenant)
@@ -77,14 +103,31 @@ stored); done is accepted for completed.`,
 				if err != nil {
 					return err
 				}
+				more := len(views) > *limit
+				if more {
+					views = views[:*limit]
+				}
 				names, err := tenantNames(ctx, pool, views)
 				if err != nil {
 					return err
 				}
-				return printRequests(inv.stdout, views, names, *asJSON)
+				if err := printRequests(inv.stdout, views, names, *asJSON); err != nil {
+					return err
+				}
+				if more {
+					// On stderr, so that stdout stays one request per line.
+					_, err = fmt.Fprintf(inv.stderr, "more requests follow: run it again with --after %s\n",
+						shellQuote(idempotency.CursorOf(views[len(views)-1]).String()))
+				}
+				return err
 			})
 		}
 	},
+}
+
+// shellQuote quotes s for a POSIX shell: a key may hold any visible ASCII.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 var requestsShowCommand = &command{
@@ -127,17 +170,22 @@ resolutions, object_id, holder, trace_id, key_hash and timeline.`,
 
 var requestsRetryCommand = &command{
 	name:    "retry",
-	args:    "TENANT KEY",
+	args:    "TENANT KEY [--by NAME]",
 	summary: "make the next attempt of an unfinished or needs_attention request due now",
 	help: `The reaper makes the attempt at its next pass. A needs_attention request gets
-one attempt: if it fails again, it returns to needs_attention.`,
+one attempt: if it fails again, it returns to needs_attention. The retry is
+written in the request's timeline with the operator's name (--by; without it
+$USER, else the name of the account running the command); the tenant's
+timeline shows it as by: operator.`,
 	flags: func(fs *flag.FlagSet) action {
+		by := fs.String("by", "", "the operator's name (default: $USER, else the account running the command)")
 		return func(ctx context.Context, inv *invocation) error {
 			if len(inv.args) != 2 {
 				return usageErrorf("TENANT and KEY are required")
 			}
+			who := cmp.Or(*by, defaultOperator(inv.getenv))
 			return withDesk(ctx, inv, func(ctx context.Context, desk *operator.Desk) error {
-				t, err := desk.Retry(ctx, inv.args[0], inv.args[1])
+				t, err := desk.Retry(ctx, inv.args[0], inv.args[1], who)
 				if err != nil {
 					return err
 				}
@@ -152,11 +200,16 @@ var requestsResolveCommand = &command{
 	name:    "resolve",
 	args:    "TENANT KEY --as failed|succeeded --reason TEXT [--by NAME] [--force]",
 	summary: "settle a needs_attention request after checking the PSP by hand",
-	help: `phasepay first looks the charge up at the PSP (PSP_URL) and refuses, exit 1,
-when the PSP's books contradict --as. --force skips that lookup, for when the
-PSP cannot be reached. The resolution, its reason and the operator (--by;
-without it $USER, else the name of the account running the command) are
-recorded and shown by requests show.`,
+	help: `The key is checked first: only a needs_attention request can be resolved.
+Then phasepay looks the charge up at the PSP (PSP_URL, or every PSP of PSPS:
+export the api's value in this shell) and refuses, exit 1, when the PSP's
+books contradict --as. --force skips that lookup, only for when the PSP cannot
+be reached. The resolution, its reason and the operator (--by; without it
+$USER, else the name of the account running the command) are recorded and
+shown by requests show and the console. The reason is the operator's alone:
+the tenant's stored answer says "settled as failed by an operator", and its
+timeline shows the resolution as by: operator. A refused resolution is
+written in the request's timeline too.`,
 	flags: func(fs *flag.FlagSet) action {
 		as := fs.String("as", "", "failed or succeeded")
 		reason := fs.String("reason", "", "why (recorded)")
@@ -183,6 +236,10 @@ recorded and shown by requests show.`,
 				if err != nil {
 					return err
 				}
+				// The reason is the operator's: in the log and in
+				// request_resolutions, never in what the tenant reads.
+				inv.logger.Info("request resolved", "tenant", t.Name, "key", inv.args[1], "as", *as, "by", who,
+					"force", *force, "reason", *reason, "response_status", resp.Status)
 				_, err = fmt.Fprintf(inv.stdout, "%s %s: resolved as %s, stored answer %d\n", t.Name, inv.args[1], *as, resp.Status)
 				return err
 			})

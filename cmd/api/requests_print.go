@@ -26,14 +26,17 @@ import (
 
 // requestJSON is one line of `requests list --json`.
 type requestJSON struct {
-	Tenant        string  `json:"tenant"`
-	Key           string  `json:"key"`
-	Endpoint      string  `json:"endpoint"`
-	State         string  `json:"state"`
-	RecoveryPoint string  `json:"recovery_point"`
-	Attempts      int     `json:"attempts"`
-	NextAttemptAt *string `json:"next_attempt_at"`
-	LastError     *string `json:"last_error"`
+	Tenant        string `json:"tenant"`
+	Key           string `json:"key"`
+	Endpoint      string `json:"endpoint"`
+	State         string `json:"state"`
+	RecoveryPoint string `json:"recovery_point"`
+	// FailedAttempts counts the attempts that ended without finishing
+	// (released); Attempts is the same number under its older name.
+	FailedAttempts int     `json:"failed_attempts"`
+	Attempts       int     `json:"attempts"`
+	NextAttemptAt  *string `json:"next_attempt_at"`
+	LastError      *string `json:"last_error"`
 	// LastErrorDetail is the raw cause last_error summarises for the
 	// tenant: operators only (it may name internal addresses).
 	LastErrorDetail *string `json:"last_error_detail"`
@@ -43,7 +46,7 @@ type requestJSON struct {
 func newRequestJSON(v idempotency.View, tenant string) requestJSON {
 	r := requestJSON{
 		Tenant: tenant, Key: v.Key, Endpoint: v.Method + " " + v.Path, State: string(v.State),
-		RecoveryPoint: string(v.Point), Attempts: v.Attempts, CreatedAt: v.CreatedAt.UTC().Format(time.RFC3339),
+		RecoveryPoint: string(v.Point), FailedAttempts: v.Attempts, Attempts: v.Attempts, CreatedAt: v.CreatedAt.UTC().Format(time.RFC3339),
 	}
 	if v.NextAttemptAt != nil {
 		s := v.NextAttemptAt.UTC().Format(time.RFC3339)
@@ -70,10 +73,10 @@ func printRequests(w io.Writer, views []idempotency.View, names map[int64]string
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tKEY\tENDPOINT\tSTATE\tRECOVERY POINT\tATTEMPTS\tNEXT ATTEMPT\tLAST ERROR")
+	fmt.Fprintln(tw, "TENANT\tKEY\tENDPOINT\tSTATE\tRECOVERY POINT\tFAILED ATTEMPTS\tNEXT ATTEMPT\tLAST ERROR")
 	for _, v := range views {
 		r := newRequestJSON(v, names[v.TenantID])
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Tenant, r.Key, r.Endpoint, r.State, r.RecoveryPoint, r.Attempts,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Tenant, r.Key, r.Endpoint, r.State, r.RecoveryPoint, r.FailedAttempts,
 			orDash(r.NextAttemptAt), orDash(r.LastError))
 	}
 	return tw.Flush()
@@ -105,11 +108,14 @@ type shownRequest struct {
 	// ObjectID, Holder (who holds the key now, "" if nobody), the trace of
 	// the claiming request, the key's hash as spans carry it, and the
 	// timeline (internal/timeline; printed by printTimeline).
-	ObjectID string           `json:"object_id"`
-	Holder   string           `json:"holder"`
-	TraceID  string           `json:"trace_id"`
-	KeyHash  string           `json:"key_hash"`
-	Timeline []timeline.Entry `json:"timeline"`
+	ObjectID string `json:"object_id"`
+	Holder   string `json:"holder"`
+	// LockVersion is the key's fencing token now: every takeover, and
+	// every resolution tried, raises it (the timeline says which).
+	LockVersion int64            `json:"lock_version"`
+	TraceID     string           `json:"trace_id"`
+	KeyHash     string           `json:"key_hash"`
+	Timeline    []timeline.Entry `json:"timeline"`
 }
 
 func showRequest(ctx context.Context, pool *pgxpool.Pool, t tenants.Tenant, key string) (*shownRequest, error) {
@@ -158,6 +164,7 @@ func showRequest(ctx context.Context, pool *pgxpool.Pool, t tenants.Tenant, key 
 		return nil, err
 	}
 	shown.ObjectID, shown.Holder, shown.TraceID, shown.Timeline = tl.ObjectID, tl.Holder, tl.TraceID(), tl.Entries
+	shown.LockVersion = rec.LockVersion
 	shown.KeyHash = idempotency.KeyHash(key)
 	return shown, nil
 }
@@ -186,7 +193,9 @@ func (s *shownRequest) print(w io.Writer) error {
 		charge = fmt.Sprintf("%s %s, %d %s, captured %d, refunded %d, at PSP %s as %s",
 			c.ID, c.Status, c.Amount, c.Currency, c.AmountCaptured, c.AmountRefunded, c.PSP, orDash(c.PSPReference))
 	}
-	// One width for every label, the JSON blocks between them included.
+	// One width for every label, the JSON blocks between them included
+	// ("failed attempts", one longer than "recovery point", takes its
+	// one space).
 	width := len("recovery point") + 2
 	line := func(label, value string) {
 		fmt.Fprintf(w, "%-*s%s\n", width, label, value)
@@ -196,7 +205,7 @@ func (s *shownRequest) print(w io.Writer) error {
 	line("endpoint", s.Endpoint)
 	line("state", s.State)
 	line("recovery point", s.RecoveryPoint)
-	line("attempts", strconv.Itoa(s.Attempts))
+	line("failed attempts", strconv.Itoa(s.FailedAttempts))
 	line("next attempt", orDash(s.NextAttemptAt))
 	line("last error", orDash(s.LastError))
 	line("error detail", orDash(s.LastErrorDetail))
@@ -220,6 +229,7 @@ func (s *shownRequest) print(w io.Writer) error {
 		}
 	}
 	line("held by", orDash(&s.Holder))
+	line("lock version", strconv.FormatInt(s.LockVersion, 10))
 	line("trace", fmt.Sprintf("%s (its spans carry phasepay.key_hash=%s)", orDash(&s.TraceID), s.KeyHash))
 	return printTimeline(w, s.Timeline)
 }

@@ -52,6 +52,15 @@ func describe(e timeline.Entry) string {
 		return fmt.Sprintf("released: %s; %s (cause: %s)", e.Reason, next, e.Detail)
 	case idempotency.KindFinished:
 		return fmt.Sprintf("finished: answer %d stored", e.ResponseStatus)
+	case idempotency.KindMoved:
+		return "moved to " + orDash(&e.PSP)
+	case idempotency.KindRetried:
+		return fmt.Sprintf("retried by %s: next attempt due now", orDash(&e.Operator))
+	case idempotency.KindResolved:
+		return fmt.Sprintf("resolved as %s by %s (lock_version %d): %s", e.As, orDash(&e.Operator), e.LockVersion, e.Detail)
+	case idempotency.KindResolutionRefused:
+		return fmt.Sprintf("resolution as %s by %s refused, back to needs_attention (lock_version %d): %s",
+			e.As, orDash(&e.Operator), e.LockVersion, e.Detail)
 	case timeline.KindEvent:
 		return fmt.Sprintf("event %s written: %s", e.EventType, e.EventID)
 	case timeline.KindWebhookAttempt:
@@ -63,6 +72,12 @@ func describe(e timeline.Entry) string {
 			answer += ": " + e.Error
 		}
 		return fmt.Sprintf("webhook attempt %d of %s to %s: %s in %d ms", e.Attempt, e.EventID, e.EndpointID, answer, deref(e.DurationMS))
+	case timeline.KindWebhookRedelivery:
+		to := "every endpoint it was owed to"
+		if e.EndpointID != "" {
+			to = e.EndpointID
+		}
+		return fmt.Sprintf("webhook redelivery of %s to %s asked by %s (%s): %d made due", e.EventID, to, e.Operator, e.Via, e.Attempt)
 	}
 	return string(e.Kind)
 }

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
 	"os/user"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,7 +224,8 @@ func TestGiveUpMovesToNeedsAttentionAndOperatorResolves(t *testing.T) {
 	require.Equal(t, "POST /v1/charges", listed["endpoint"])
 	require.Equal(t, "needs_attention", listed["state"])
 	require.Equal(t, "charge_created", listed["recovery_point"])
-	require.EqualValues(t, 1, listed["attempts"])
+	require.EqualValues(t, 1, listed["failed_attempts"])
+	require.EqualValues(t, 1, listed["attempts"], "the older name of failed_attempts")
 	require.NotEmpty(t, listed["last_error"])
 	for _, k := range []string{"next_attempt_at", "created_at"} {
 		require.Contains(t, listed, k)
@@ -247,7 +250,7 @@ func TestGiveUpMovesToNeedsAttentionAndOperatorResolves(t *testing.T) {
 
 	replay := b.post(t, key, visaBody)
 	p := requireProblem(t, replay, http.StatusPaymentRequired, "payment_failed")
-	require.Contains(t, p.Detail, "PSP outage, checked with PSP support")
+	require.Equal(t, "The payment failed: settled as failed by an operator.", p.Detail, "stable words, not the operator's reason")
 	require.Equal(t, "true", replay.header.Get("Idempotent-Replayed"))
 	status, _, body := b.do(t, http.MethodGet, "/v1/charges/"+p.Charge, nil, nil)
 	require.Equal(t, http.StatusOK, status)
@@ -257,7 +260,12 @@ func TestGiveUpMovesToNeedsAttentionAndOperatorResolves(t *testing.T) {
 	code, out, errOut = b.cli(t, pspURL, "requests", "show", "acme", key, "--json")
 	require.Zero(t, code, errOut)
 	var shown struct {
-		State       string          `json:"state"`
+		State       string `json:"state"`
+		LockVersion int64  `json:"lock_version"`
+		Timeline    []struct {
+			Kind, Operator, As, Detail string
+			LockVersion                int64 `json:"lock_version"`
+		} `json:"timeline"`
 		Response    json.RawMessage `json:"response"`
 		Charge      json.RawMessage `json:"charge"`
 		Resolutions []struct {
@@ -275,6 +283,18 @@ func TestGiveUpMovesToNeedsAttentionAndOperatorResolves(t *testing.T) {
 	require.Equal(t, "ops-jane", shown.Resolutions[0].By)
 	require.False(t, shown.Resolutions[0].Forced)
 	require.NotNil(t, shown.Resolutions[0].PSPSaid)
+	require.Equal(t, "PSP outage, checked with PSP support", shown.Resolutions[0].Reason, "the reason is the operator's")
+	// Claimed at 1; the refused resolution took the key (2) and says so;
+	// the resolution took it again (3).
+	require.EqualValues(t, 3, shown.LockVersion)
+	var acts []string
+	for _, e := range shown.Timeline {
+		switch e.Kind {
+		case "resolution_refused", "resolved":
+			acts = append(acts, fmt.Sprintf("%s %s %s %d", e.Kind, e.As, e.Operator, e.LockVersion))
+		}
+	}
+	require.Equal(t, []string{"resolution_refused succeeded tester 2", "resolved failed ops-jane 3"}, acts)
 
 	code, _, errOut = b.cli(t, pspURL, "requests", "resolve", "acme", key, "--as", "failed", "--reason", "again")
 	require.Equal(t, 1, code, "a finished request cannot be resolved again")
@@ -430,4 +450,56 @@ func TestResolveWithoutByRecordsTheAccount(t *testing.T) {
 	code, out, errOut := b.cli(t, m.MockPSPURL(), "requests", "show", "acme", "by-user")
 	require.Zero(t, code, errOut)
 	require.Regexp(t, `\nresolutions +1\n  1\. \S+ as failed by ops-sam: no authorization at the PSP \(PSP: .+\)\n`, out)
+}
+
+// `requests list` prints a page at a time (--limit, default 100, as the
+// console does), oldest first, and names the cursor of the next page on
+// stderr; following the cursors lists every key once, none twice, also
+// while new keys are claimed between pages.
+func TestRequestsListPagesWithLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var keys []string
+	for i := range 5 {
+		key := fmt.Sprintf("page-%d", i)
+		require.Equal(t, http.StatusCreated, b.post(t, key, visaBody).status)
+		keys = append(keys, key)
+	}
+	var (
+		seen  []string
+		after []string
+		pages int
+	)
+	for {
+		args := append([]string{"requests", "list", "--tenant", "acme", "--limit", "2", "--json"}, after...)
+		code, out, errOut := b.cli(t, "embedded", args...)
+		require.Zero(t, code, errOut)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.LessOrEqual(t, len(lines), 2, "a page holds --limit requests at most")
+		for _, line := range lines {
+			var r struct{ Key string }
+			require.NoError(t, json.Unmarshal([]byte(line), &r))
+			seen = append(seen, r.Key)
+		}
+		pages++
+		if pages == 1 {
+			// A key claimed between pages sorts after them (oldest first)
+			// and shifts nothing already listed.
+			require.Equal(t, http.StatusCreated, b.post(t, "page-late", visaBody).status)
+			keys = append(keys, "page-late")
+		}
+		m := regexp.MustCompile(`--after '([^']+)'`).FindStringSubmatch(errOut)
+		if m == nil {
+			require.Empty(t, strings.TrimSpace(errOut))
+			break
+		}
+		after = []string{"--after", m[1]}
+	}
+	require.Equal(t, keys, seen, "every key once, oldest first")
+	require.Equal(t, 3, pages)
+
+	code, _, errOut := b.cli(t, "embedded", "requests", "list", "--limit", "0")
+	require.Equal(t, 2, code, errOut)
+	code, _, errOut = b.cli(t, "embedded", "requests", "list", "--after", "yesterday")
+	require.Equal(t, 2, code, errOut)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -61,6 +62,45 @@ Exit status: 0 success, 1 final error or unknown outcome, 2 usage error.
 `
 
 const usageHint = "Run 'chargectl -h' for usage.\n"
+
+// commandUsage is one command's usage (chargectl COMMAND -h): its
+// synopsis, what usage says of it, and the flags every command takes, all
+// taken from usage so that the two never differ.
+func commandUsage(command string) string {
+	head, flags, _ := strings.Cut(usage, "\nFlags of every command")
+	blocks := strings.Split(head, "\n\n")
+	var b strings.Builder
+	b.WriteString("Usage:\n")
+	for _, line := range strings.Split(strings.TrimPrefix(blocks[0], "Usage:\n"), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[1] == command {
+			b.WriteString(line + "\n")
+		}
+	}
+	for _, para := range blocks[1:] {
+		if slices.Contains(namedIn(para), command) {
+			b.WriteString("\n" + strings.TrimRight(para, "\n") + "\n")
+		}
+	}
+	return b.String() + "\nFlags of every command" + flags
+}
+
+// namedIn returns the commands a paragraph of usage is about: the
+// command names it starts with ("charge, capture, void and refund move
+// money").
+func namedIn(para string) []string {
+	var named []string
+	for _, w := range strings.Fields(para) {
+		w = strings.TrimRight(w, ",")
+		switch {
+		case w == "and":
+		case slices.Contains(strings.Split(strings.ReplaceAll(commandList, " or ", ", "), ", "), w):
+			named = append(named, w)
+		default:
+			return named
+		}
+	}
+	return named
+}
 
 // errHelp asks for the usage text on stdout and exit 0.
 var errHelp = errors.New("help requested")

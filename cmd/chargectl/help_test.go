@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,4 +24,28 @@ func TestChargectlHelpStartsNothing(t *testing.T) {
 		require.Contains(t, stdout.String(), "Usage:", "%v", args)
 		require.Empty(t, stderr.String(), "%v", args)
 	}
+}
+
+// A command's -h prints that command's usage, not every command's:
+// `chargectl listen -h` says what listen does and takes, and names no
+// other command.
+func TestChargectlCommandHelpIsTheCommands(t *testing.T) {
+	t.Parallel()
+	env := func(string) string { return "" }
+	for _, cmd := range []string{"charge", "get", "capture", "void", "refund", "get-refund", "list-charges", "list-refunds", "resume", "listen"} {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 0, run(context.Background(), []string{cmd, "-h"}, env, &stdout, &stderr), "%s: %s", cmd, stderr.String())
+		out := stdout.String()
+		require.Contains(t, out, "  chargectl "+cmd+" ", cmd)
+		require.Contains(t, out, "--api-key KEY", "%s: the flags every command takes", cmd)
+		for _, other := range []string{"charge", "listen", "resume", "get-refund"} {
+			if other != cmd {
+				require.NotContains(t, out, "chargectl "+other+" ", "%s -h names %s", cmd, other)
+			}
+		}
+	}
+	var stdout bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"listen", "--help"}, env, &stdout, io.Discard))
+	require.Contains(t, stdout.String(), "registers itself as a webhook endpoint")
+	require.Contains(t, stdout.String(), "--addr HOST:PORT")
 }

@@ -67,7 +67,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	m.Stdout, m.Stderr = stdout, stderr
 	if err := m.ParseFlags(args, getenv); err != nil {
 		if errors.Is(err, errHelp) {
-			fmt.Fprint(stdout, usage)
+			// After a command, its own usage; alone, everything.
+			if m.Command != "" {
+				fmt.Fprint(stdout, commandUsage(m.Command))
+			} else {
+				fmt.Fprint(stdout, usage)
+			}
 			return exitOK
 		}
 		fmt.Fprintf(stderr, "chargectl: %s\n%s", oneLine(err.Error()), usageHint)

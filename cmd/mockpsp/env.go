@@ -62,6 +62,9 @@ func (m *Main) ParseEnv(getenv func(string) string) error {
 		}
 		*rate.dst = f
 	}
+	if v := strings.TrimSpace(getenv("MOCKPSP_STATE")); v != "" {
+		m.StateFile = v
+	}
 	if v := strings.TrimSpace(getenv("MOCKPSP_LATENCY")); v != "" {
 		ms, err := parseLatency(v)
 		if err != nil {

@@ -6,8 +6,9 @@
 // and in GET /_admin/faults), MOCKPSP_KEY_TTL (how long an idempotency key
 // is remembered, a Go duration, default 24h), MOCKPSP_ERROR_RATE,
 // MOCKPSP_DROP_RATE, MOCKPSP_REJECT_RATE and MOCKPSP_LOOKUP_ERROR_RATE
-// (0..1) and MOCKPSP_LATENCY (a Go duration, or a bare integer of
-// milliseconds).
+// (0..1), MOCKPSP_LATENCY (a Go duration, or a bare integer of
+// milliseconds) and MOCKPSP_STATE (a file that keeps its books across
+// runs; `make run` sets it).
 package main
 
 import (
@@ -38,7 +39,8 @@ func main() {
 const usage = `Usage: mockpsp
 
 Serves the mock payment service provider over HTTP until SIGTERM, with its
-state in memory (docs/api.md, "The mock PSP").
+state in memory (docs/api.md, "The mock PSP"), and with MOCKPSP_STATE its
+books kept in a file across runs.
 
 Configuration is by environment variable:
   MOCKPSP_ADDR               listen address (default ` + ListenAddrDefault + `)
@@ -49,6 +51,9 @@ Configuration is by environment variable:
   MOCKPSP_REJECT_RATE        0..1: answer 400 without acting
   MOCKPSP_LOOKUP_ERROR_RATE  0..1: answer lookups 503
   MOCKPSP_LATENCY            delay every answer (Go duration, or milliseconds)
+  MOCKPSP_STATE              a file to keep the books in across runs: loaded at
+                             start, saved every second while they change and at
+                             shutdown (make run sets .run/mockpsp-state.json)
   OTEL_*                     OpenTelemetry SDK variables
 
 PUT /_admin/faults changes the faults at run time.
@@ -105,6 +110,12 @@ type Main struct {
 	// ShutdownTimeout bounds the graceful shutdown when Run's context ends;
 	// connections still open after it are closed.
 	ShutdownTimeout time.Duration
+	// StateFile, if set, keeps the mock's books across runs: loaded at
+	// start, saved every StateEvery while they change, and at shutdown
+	// (psp.Mock.SaveState). A SIGKILL loses at most StateEvery of them.
+	StateFile string
+	// StateEvery is the pause between two saves of StateFile.
+	StateEvery time.Duration
 	// Logger receives the program's JSON log lines.
 	Logger *slog.Logger
 
@@ -123,6 +134,7 @@ func NewMain() *Main {
 		Name:            psp.MockNameDefault,
 		KeyTTL:          psp.MockKeyTTLDefault,
 		ShutdownTimeout: ShutdownTimeoutDefault,
+		StateEvery:      time.Second,
 		Logger:          slog.New(slog.DiscardHandler),
 		listening:       make(chan struct{}),
 	}
@@ -138,6 +150,20 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	// Every line names the mock: several may run side by side.
 	log := m.Logger.With("name", m.Name)
+	if m.StateFile != "" {
+		switch n, err := mock.LoadState(m.StateFile); {
+		case errors.Is(err, psp.ErrNoState):
+			log.Info("mockpsp books: none saved yet, starting empty", "state", m.StateFile)
+		case err != nil:
+			// Starting empty would forget authorizations the database's
+			// charges hold: refuse, and let the developer choose.
+			return fmt.Errorf("%w (remove the file to start with empty books)", err)
+		default:
+			log.Info("mockpsp books loaded", "state", m.StateFile, "operations", n)
+		}
+		stopSaving := m.keepState(ctx, mock, log)
+		defer stopSaving()
+	}
 	// Traced like the API (OTEL_* variables), and continuing the caller's
 	// W3C trace context, so one trace spans the API and the PSP.
 	tel, err := telemetry.New(ctx, "phasepay-mockpsp")
@@ -225,4 +251,42 @@ func (m *Main) Close() error {
 		return fmt.Errorf("close: %w", err)
 	}
 	return nil
+}
+
+// keepState saves the mock's books to StateFile every StateEvery while
+// they change; the func it returns stops that and saves them once more
+// (at shutdown).
+func (m *Main) keepState(ctx context.Context, mock *psp.Mock, log *slog.Logger) func() {
+	saved := -1
+	save := func() {
+		if n := mock.Changes(); n != saved {
+			if err := mock.SaveState(m.StateFile); err != nil {
+				log.Warn("mockpsp books not saved", "state", m.StateFile, "error", err.Error())
+				return
+			}
+			saved = n
+		}
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(m.StateEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				save()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+		save()
+	}
 }

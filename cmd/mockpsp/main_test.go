@@ -39,9 +39,18 @@ func (b *mainBundle) wait(t *testing.T) error {
 // setup runs Main on a free port and waits until it listens.
 func setup(t *testing.T) *mainBundle {
 	t.Helper()
+	return setupEnv(t, nil)
+}
+
+// setupEnv is setup with more of the environment.
+func setupEnv(t *testing.T, env map[string]string) *mainBundle {
+	t.Helper()
 	m := NewMain()
 	require.NoError(t, m.ParseEnv(func(k string) string {
-		return map[string]string{"MOCKPSP_ADDR": "127.0.0.1:0"}[k]
+		if k == "MOCKPSP_ADDR" {
+			return "127.0.0.1:0"
+		}
+		return env[k]
 	}))
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &mainBundle{main: m, cancel: cancel, stopped: make(chan struct{})}

@@ -115,3 +115,25 @@ func TestReaperAcceptsMetricsAddr(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:9292", cfg.MetricsAddr)
 }
+
+// `reaper -h` names every variable the reaper reads: each name ParseEnv
+// asks for is in the usage (it once left out GIVE_UP_AFTER, RETRY_BASE and
+// RETRY_MAX, which the reaper's schedule depends on).
+func TestReaperHelpNamesEveryVariable(t *testing.T) {
+	t.Parallel()
+	asked := map[string]bool{}
+	_, err := ParseEnv(func(name string) string {
+		asked[name] = true
+		if name == "PSP_URL" {
+			return "https://psp.example"
+		}
+		return ""
+	})
+	require.NoError(t, err)
+	for _, must := range []string{"GIVE_UP_AFTER", "RETRY_BASE", "RETRY_MAX", "LEASE", "DATABASE_URL"} {
+		require.True(t, asked[must], "ParseEnv no longer reads %s: is this test still reading the right function?", must)
+	}
+	for name := range asked {
+		require.Regexp(t, `(^|[^A-Z_])`+name+`([^A-Z_]|$)`, usage, "reaper -h does not name %s", name)
+	}
+}

@@ -60,6 +60,15 @@ Configuration is by environment variable:
   DATABASE_DIRECT_URL  with a pooler, the server itself, to LISTEN for
                        webhook wake-ups on; unset: they are polled
   LEASE                lease taken by a takeover; must match the API's (default 60s)
+  RETRY_BASE, RETRY_MAX
+                       the retry schedule of an unfinished request: the n-th
+                       failed attempt is followed by one about RETRY_BASE·2ⁿ
+                       later (with jitter), never more than RETRY_MAX; the
+                       API's values (default 1s, 1h). Webhook deliveries are
+                       retried on the same schedule
+  GIVE_UP_AFTER        a request still unresolved this long after its claim
+                       becomes needs_attention at its next failed attempt;
+                       the API's value (default 72h)
   REAPER_INTERVAL      pause between passes (default 1s)
   RETENTION            how long a finished key is kept (default 24h)
   EVENTS_RETENTION     how long events and webhook deliveries are kept
@@ -68,6 +77,12 @@ Configuration is by environment variable:
                        link-local addresses (development only)
   REAPER_METRICS_ADDR  listen address of GET /metrics (METRICS_ADDR is
                        accepted too); empty: no metrics listener
+  PSP_BREAKER_THRESHOLD, PSP_BREAKER_COOLDOWN
+                       with PSPS, the unknown or busy outcomes in a row that
+                       open a PSP's circuit breaker, and its cool-down
+                       (default 5, 5s)
+  TIMELINE             "off" records no request timelines (make bench's
+                       measurement only; default on)
   OTEL_*               OpenTelemetry SDK variables
 `
 

@@ -91,7 +91,7 @@ func (h *harness) collect() {
 func (h *harness) verify(ctx context.Context) error {
 	st, sum := h.st, h.sum
 	if err := verify(ctx, st.pool, st.pspURL, h.transport, st.apiKey, h.intents, sum, func() (string, error) {
-		return procs.RunOnce(ctx, st.bin("api"), map[string]string{"DATABASE_URL": st.dbURL}, "requests", "list", "--state", "needs_attention", "--json")
+		return procs.RunOnce(ctx, st.bin("api"), map[string]string{"DATABASE_URL": st.dbURL}, "requests", "list", "--state", "needs_attention", "--limit", "10000", "--json")
 	}); err != nil {
 		return err
 	}

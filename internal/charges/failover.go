@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 )
@@ -123,6 +124,9 @@ func failedOver(tx *phases.Tx, run *phases.Run[*Charge], routes Routes) bool {
 	c.PSP = next
 	updateChargePSP(tx, c)
 	routes.CountFailover(fromPSP, next)
+	// The request's timeline says where it went ("moved to secondary"),
+	// written with the transaction that records the move.
+	run.Lease.Note(idempotency.Entry{Kind: idempotency.KindMoved, PSP: next})
 	return true
 }
 

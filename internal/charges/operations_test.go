@@ -11,6 +11,7 @@ import (
 
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 )
@@ -154,4 +155,52 @@ func TestCaptureWaitsForUnresolvedAuthorization(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 200, res.Response.Status, string(res.Response.Body))
 	require.Len(t, b.Mock.Captures(), 1)
+}
+
+// pitfall 107 "A refused request's key names an object that does not
+// exist": a refund its charge does not allow (not captured, or more than is
+// left) makes no refund, and its key names none (the key view's object_id
+// is null), in both the claim's transaction and with one commit per phase;
+// a refund that is made is named as before.
+func TestRefusedRefundKeyNamesNoObject(t *testing.T) {
+	t.Parallel()
+	for _, oneCommit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("one_commit=%v", oneCommit), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			svc := b.Service(t, 0, phases.Config{OneCommitPerPhase: oneCommit})
+			id := authorized(t, b, svc)
+			refund := func(key, body string) int {
+				t.Helper()
+				req, _, err := charges.ParseRefundRequest([]byte(body))
+				require.NoError(t, err)
+				res, err := svc.Refund(ctx, b.Tenant, key, charges.Parsed(req))
+				require.NoError(t, err)
+				return res.Response.Status
+			}
+			objectOf := func(key string) string {
+				t.Helper()
+				v, err := idempotency.GetView(ctx, b.Pool, b.Tenant, key)
+				require.NoError(t, err)
+				return v.ObjectID
+			}
+
+			require.Equal(t, 400, refund("not-captured", fmt.Sprintf(`{"charge":%q}`, id)))
+			require.Empty(t, objectOf("not-captured"), "charge_not_refundable made no refund")
+
+			req, err := charges.ParseCaptureRequest(id, []byte(`{}`))
+			require.NoError(t, err)
+			_, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(req))
+			require.NoError(t, err)
+			require.Equal(t, 400, refund("too-much", fmt.Sprintf(`{"charge":%q,"amount":5000}`, id)))
+			require.Empty(t, objectOf("too-much"), "amount_too_large made no refund")
+
+			require.Equal(t, 201, refund("made", fmt.Sprintf(`{"charge":%q,"amount":100}`, id)))
+			made := objectOf("made")
+			require.Regexp(t, `^re_`, made)
+			_, err = svc.GetRefund(ctx, b.Tenant, made)
+			require.NoError(t, err, "the key names a refund that answers")
+		})
+	}
 }

@@ -111,11 +111,22 @@ func createRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) 
 	if p.Amount != nil {
 		amount = *p.Amount
 	}
+	var refused idempotency.Response
 	switch {
 	case c.Status != StatusCaptured || left == 0:
-		return phases.Respond(refusal(problem.ChargeNotRefundable, c.ID, fmt.Sprintf("Charge %s is %s with %d left to refund.", c.ID, c.Status, max(left, 0)))), nil
+		refused = refusal(problem.ChargeNotRefundable, c.ID, fmt.Sprintf("Charge %s is %s with %d left to refund.", c.ID, c.Status, max(left, 0)))
 	case amount > left:
-		return phases.Respond(refusal(problem.AmountTooLarge, c.ID, fmt.Sprintf("The amount exceeds the %d left to refund.", left))), nil
+		refused = refusal(problem.AmountTooLarge, c.ID, fmt.Sprintf("The amount exceeds the %d left to refund.", left))
+	}
+	if refused.Status != 0 {
+		// No refund was made: the key names no object, rather than the
+		// refund id derived for it, which would answer 404 (pitfall 107
+		// "A refused request's key names an object that does not exist").
+		// The refusal names the charge.
+		if err := run.Lease.SetObject(ctx, tx, ""); err != nil {
+			return phases.Transition{}, err
+		}
+		return phases.Respond(refused), nil
 	}
 	if run.Object, err = insertRefund(ctx, tx, run.Lease.Record.ID(), run.ObjectID, c, amount); err != nil {
 		return phases.Transition{}, err

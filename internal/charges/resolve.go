@@ -85,6 +85,11 @@ func (s *Service) Resolve(ctx context.Context, tenantID int64, key string, r Res
 	}
 	resp, err := s.resolve(ctx, lease, r)
 	if err != nil {
+		// Taking the key bumped its lock_version: the refusal is written
+		// in its timeline with it, naming who tried, as what, and why not
+		// (for operators; a tenant reads only that an operator acted).
+		lease.Note(idempotency.Entry{Kind: idempotency.KindResolutionRefused, By: idempotency.RoleOperator,
+			Operator: r.By, As: string(r.As), Detail: err.Error()})
 		giveBackCtx := context.WithoutCancel(ctx)
 		return idempotency.Response{}, errors.Join(err, lease.ReturnToAttention(giveBackCtx, s.pool))
 	}
@@ -130,9 +135,11 @@ func (s *Service) resolve(ctx context.Context, lease *idempotency.Lease, r Resol
 			if auth != nil {
 				ref = &auth.ID
 			}
+			// The charge's failure_reason is in stable words too: the
+			// operator's reason is kept in request_resolutions alone.
 			status, reason := StatusAuthorized, (*string)(nil)
 			if r.As == ResolveFailed {
-				status, reason = StatusFailed, &r.Reason
+				status, reason = StatusFailed, new(string(ResolvedFailedReason))
 			}
 			if auth == nil || auth.Status != psp.StatusAuthorized {
 				holder = ""
@@ -159,6 +166,8 @@ func (s *Service) resolve(ctx context.Context, lease *idempotency.Lease, r Resol
 			r.Force, pspSaid); err != nil {
 			return fmt.Errorf("record resolution: %w", err)
 		}
+		lease.Note(idempotency.Entry{Kind: idempotency.KindResolved, By: idempotency.RoleOperator,
+			Operator: r.By, As: string(r.As), Detail: r.Reason})
 		return lease.Finish(ctx, tx, resp)
 	})
 	if err != nil {
@@ -215,13 +224,22 @@ func pspVerdict(found []heldAuthorization) (*psp.Authorization, string, string) 
 	return &best.Authorization, best.PSP, fmt.Sprintf("%s %s at %s (%d found)", best.Status, best.ID, best.PSP, len(found))
 }
 
+// ResolvedFailedReason is what a tenant reads of a request an operator
+// resolved as failed, in its stored answer's detail: stable words, never
+// the operator's reason, which may name a ticket, a person or the PSP's
+// books (pitfall 102 "An operator's reason in a tenant's stored answer").
+const ResolvedFailedReason = "settled as failed by an operator"
+
 // resolvedResponse is the answer stored for a resolved request: what the
-// request would have answered had the PSP's outcome been known.
+// request would have answered had the PSP's outcome been known. A failure
+// says so in ResolvedFailedReason's words, replayed for ever: the
+// operator's reason stays in request_resolutions (requests show, the
+// console, the logs).
 func resolvedResponse(c *Charge, r Resolution) idempotency.Response {
 	if r.As == ResolveSucceeded {
 		return response(c)
 	}
-	p := problem.New(http.StatusPaymentRequired, problem.PaymentFailed, "The payment failed: "+r.Reason)
+	p := problem.New(http.StatusPaymentRequired, problem.PaymentFailed, "The payment failed: "+ResolvedFailedReason+".")
 	if c != nil {
 		p.Charge = c.ID
 	}

@@ -233,6 +233,39 @@ func TestFinalFailureFailsOver(t *testing.T) {
 	}
 }
 
+// The timeline of a charge that failed over says so: the refusal at the
+// primary, then "moved" to the secondary, then the call there; the
+// recovery point it never left is reached once, not twice.
+func TestFailoverTimelineSaysMoved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {RejectRate: 1}}})
+	req, _ := chargestest.Request(t, visa)
+	res, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
+	require.NoError(t, err)
+	require.Equal(t, 201, res.Response.Status)
+	h, err := idempotency.ReadHistory(ctx, w.Pool, w.Tenant, "k")
+	require.NoError(t, err)
+	var got []string
+	for _, e := range h.Entries {
+		step := string(e.Kind)
+		switch e.Kind {
+		case idempotency.KindReached:
+			step += " " + string(e.RecoveryPoint)
+		case idempotency.KindPSPCall:
+			step += " " + e.PSP + " " + e.Outcome
+		case idempotency.KindMoved:
+			step += " " + e.PSP
+		}
+		got = append(got, step)
+	}
+	require.Equal(t, []string{
+		"claimed", "reached charge_created",
+		"psp_call primary final_failure", "moved secondary",
+		"psp_call secondary success", "finished",
+	}, got)
+}
+
 func captures(m *psp.Mock) []psp.RequestEntry {
 	var out []psp.RequestEntry
 	for _, r := range m.Requests() {

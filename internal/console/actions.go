@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
 	"net/url"
@@ -25,7 +26,7 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errNotFound)
 		return
 	}
-	_, err := s.cfg.Desk.Retry(r.Context(), tenant, key)
+	_, err := s.cfg.Desk.Retry(r.Context(), tenant, key, cmp.Or(strings.TrimSpace(r.PostFormValue("by")), "console"))
 	s.acted(w, r, tenant, key, "retried", err)
 }
 

@@ -121,6 +121,7 @@ func (s *Server) routes() http.Handler {
 	page("GET /webhook", s.webhookEndpoint)
 	mux.Handle("POST /request/retry", s.auth.require(s.auth.checkCSRF(http.HandlerFunc(s.retry))))
 	mux.Handle("POST /request/resolve", s.auth.require(s.auth.checkCSRF(http.HandlerFunc(s.resolve))))
+	mux.Handle("POST /webhook/redeliver", s.auth.require(s.auth.checkCSRF(http.HandlerFunc(s.redeliver))))
 	// Browsers send Sec-Fetch-Site or Origin with every POST: one from
 	// another site is refused before it reaches a handler, whatever
 	// cookie it carries. The CSRF token guards older browsers too. A

@@ -72,6 +72,8 @@ type endpointData struct {
 	Tenant     string
 	Endpoint   webhooks.Endpoint
 	Deliveries []deliveryRow
+	// Windows are the redelivery form's choices (redeliver.go).
+	Windows []struct{ Value, Label string }
 }
 
 // endpointDeliveriesSQL reads an endpoint's deliveries of the last day,
@@ -112,7 +114,7 @@ func (s *Server) webhookEndpoint(r *http.Request) (view, error) {
 		return view{}, err
 	}
 	ep.Secret = "" // never shown (Get does not read it either)
-	d := endpointData{Tenant: t.Name, Endpoint: ep}
+	d := endpointData{Tenant: t.Name, Endpoint: ep, Windows: redeliverWindows}
 	rows, err := s.cfg.Pool.Query(ctx, endpointDeliveriesSQL, t.ID, ep.ID)
 	if err != nil {
 		return view{}, fmt.Errorf("deliveries to %s: %w", ep.ID, err)
@@ -145,5 +147,6 @@ func (s *Server) webhookEndpoint(r *http.Request) (view, error) {
 	}); err != nil {
 		return view{}, fmt.Errorf("attempts to %s: %w", ep.ID, err)
 	}
-	return view{template: "webhook", page: page{Title: "Webhook endpoint " + ep.ID, Nav: "webhooks", Live: true, Data: d}}, nil
+	return view{template: "webhook", page: page{Title: "Webhook endpoint " + ep.ID, Nav: "webhooks", Live: true,
+		Flash: redeliveredFlash(q), Error: redeliverRefusals[q.Get("refused")], Data: d}}, nil
 }

@@ -12,11 +12,14 @@ import (
 // keyObject is the idempotency key as GET /v1/idempotency_keys/{key} shows
 // it (internal/httpapi's keyJSON), the object of request.needs_attention.
 type keyObject struct {
-	Object         string  `json:"object"`
-	Key            string  `json:"key"`
-	Endpoint       string  `json:"endpoint"`
-	State          string  `json:"state"`
-	RecoveryPoint  string  `json:"recovery_point"`
+	Object        string `json:"object"`
+	Key           string `json:"key"`
+	Endpoint      string `json:"endpoint"`
+	State         string `json:"state"`
+	RecoveryPoint string `json:"recovery_point"`
+	// FailedAttempts counts the attempts that ended without finishing;
+	// Attempts is the same number, under the name it had first.
+	FailedAttempts int     `json:"failed_attempts"`
 	Attempts       int     `json:"attempts"`
 	NextAttemptAt  *string `json:"next_attempt_at"`
 	LastError      *string `json:"last_error"`
@@ -31,13 +34,14 @@ type keyObject struct {
 // as idempotency.Config.NeedsAttention wherever keys are released.
 func NeedsAttention(ctx context.Context, tx idempotency.DBTX, rec idempotency.Record) error {
 	obj := keyObject{
-		Object:        "idempotency_key",
-		Key:           rec.Key,
-		Endpoint:      rec.Request.Method + " " + rec.Request.Path,
-		State:         string(idempotency.RequestNeedsAttention),
-		RecoveryPoint: string(rec.Point),
-		Attempts:      rec.Attempts,
-		CreatedAt:     rec.CreatedAt.UTC().Format(time.RFC3339),
+		Object:         "idempotency_key",
+		Key:            rec.Key,
+		Endpoint:       rec.Request.Method + " " + rec.Request.Path,
+		State:          string(idempotency.RequestNeedsAttention),
+		RecoveryPoint:  string(rec.Point),
+		FailedAttempts: rec.Attempts,
+		Attempts:       rec.Attempts,
+		CreatedAt:      rec.CreatedAt.UTC().Format(time.RFC3339),
 	}
 	if rec.LastError != "" {
 		obj.LastError = &rec.LastError

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/go-chi/chi/v5/middleware"
 
@@ -75,7 +76,9 @@ func problemFor(err error) problem.Problem {
 		p.Errors = []problem.FieldError{{Field: jerr.Field, Message: jerr.Message}}
 		return p
 	case errors.Is(err, webhooks.ErrInvalid):
-		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
+		p := problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
+		p.Errors = webhookFieldErrors(err)
+		return p
 	case errors.Is(err, webhooks.ErrLimitReached):
 		return problem.New(http.StatusBadRequest, problem.EndpointLimitReached, fmt.Sprintf(
 			"This account has %d webhook endpoints, the most it may have. Delete one to create another.", webhooks.MaxEndpoints))
@@ -133,6 +136,9 @@ func problemFor(err error) problem.Problem {
 		return p
 	case errors.Is(err, errListParams):
 		return problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
+	case errors.Is(err, webhooks.ErrNotOwed):
+		return problem.New(http.StatusNotFound, problem.NotFound,
+			"This event was not delivered to that webhook endpoint: the endpoint was created after the event, or is not subscribed to its type.")
 	case errors.Is(err, charges.ErrNotFound), errors.Is(err, charges.ErrRefundNotFound),
 		errors.Is(err, idempotency.ErrNotFound), errors.Is(err, errRouteNotFound),
 		errors.Is(err, events.ErrNotFound), errors.Is(err, webhooks.ErrNotFound):
@@ -174,4 +180,16 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			slog.String("error", err.Error()))
 	}
 	problem.Write(w, p)
+}
+
+// webhookFieldErrors is the errors member of an invalid webhook endpoint,
+// as every validation error has one: package webhooks words each refusal
+// "invalid webhook endpoint: <field>: <what is wrong>" (url or events).
+func webhookFieldErrors(err error) []problem.FieldError {
+	_, rest, ok := strings.Cut(err.Error(), webhooks.ErrInvalid.Error()+": ")
+	field, msg, ok2 := strings.Cut(rest, ": ")
+	if !ok || !ok2 || (field != "url" && field != "events") {
+		return []problem.FieldError{{Field: "body", Message: rest}}
+	}
+	return []problem.FieldError{{Field: field, Message: msg}}
 }

@@ -7,8 +7,12 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/events"
+	"github.com/phasepay/phasepay/internal/jsonbody"
+	"github.com/phasepay/phasepay/internal/problem"
 	"github.com/phasepay/phasepay/internal/tenants"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
@@ -100,4 +104,56 @@ func (s *server) listEventDeliveries(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeList(w, "/v1/events/"+id+"/deliveries", items, len(items))
+}
+
+// redeliverParams is the body of POST /v1/events/{id}/redeliver: empty,
+// {}, or the one endpoint to redeliver to.
+type redeliverParams struct {
+	Endpoint *string `json:"endpoint"`
+}
+
+// redeliveryJSON answers a redelivery: the endpoints the event's next
+// attempt is now due at.
+type redeliveryJSON struct {
+	Object    string   `json:"object"`
+	Event     string   `json:"event"`
+	Endpoints []string `json:"endpoints"`
+}
+
+// redeliverEvent serves POST /v1/events/{id}/redeliver: a new attempt of
+// the event, due now, at every live endpoint it was owed to (or the one
+// named), also after its retries were given up or it succeeded; 202, and
+// the deliverers do the rest. Recorded in webhook_redeliveries as the
+// tenant's. It moves no money and changes no object, so it takes no
+// Idempotency-Key: asking twice makes one more attempt due, no more.
+func (s *server) redeliverEvent(w http.ResponseWriter, r *http.Request) {
+	tenant, _ := tenants.FromContext(r.Context())
+	body, err := readJSONBody(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var p redeliverParams
+	if len(body) > 0 {
+		if err := jsonbody.Decode(body, &p); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	rd := webhooks.Redelivery{TenantID: tenant.ID, EventID: chi.URLParam(r, "id"), By: webhooks.ByTenant, Via: webhooks.ViaAPI}
+	if p.Endpoint != nil {
+		if err := endpointID(*p.Endpoint); err != nil {
+			s.writeError(w, r, &charges.ValidationError{Fields: []problem.FieldError{{Field: "endpoint", Message: err.Error()}}})
+			return
+		}
+		rd.EndpointID = *p.Endpoint
+	}
+	done, err := webhooks.Redeliver(r.Context(), s.cfg.Pool, rd)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.InfoContext(r.Context(), "webhook redelivery", "tenant", tenant.Name, "event", rd.EventID,
+		"endpoint", rd.EndpointID, "deliveries", done.Deliveries, "request_id", middleware.GetReqID(r.Context()))
+	writeJSON(w, http.StatusAccepted, redeliveryJSON{Object: "event_redelivery", Event: rd.EventID, Endpoints: done.Endpoints})
 }

@@ -14,11 +14,14 @@ import (
 // keyJSON is the tenant's view of one of its idempotency keys: where its
 // request stands; never the request body.
 type keyJSON struct {
-	Object         string  `json:"object"`
-	Key            string  `json:"key"`
-	Endpoint       string  `json:"endpoint"`
-	State          string  `json:"state"`
-	RecoveryPoint  string  `json:"recovery_point"`
+	Object        string `json:"object"`
+	Key           string `json:"key"`
+	Endpoint      string `json:"endpoint"`
+	State         string `json:"state"`
+	RecoveryPoint string `json:"recovery_point"`
+	// FailedAttempts counts the attempts that ended without finishing;
+	// Attempts is the same number, under the name it had first.
+	FailedAttempts int     `json:"failed_attempts"`
 	Attempts       int     `json:"attempts"`
 	NextAttemptAt  *string `json:"next_attempt_at"`
 	LastError      *string `json:"last_error"`
@@ -35,6 +38,7 @@ func newKeyJSON(v idempotency.View) keyJSON {
 		Endpoint:       v.Method + " " + v.Path,
 		State:          string(v.State),
 		RecoveryPoint:  string(v.Point),
+		FailedAttempts: v.Attempts,
 		Attempts:       v.Attempts,
 		NextAttemptAt:  timeOrNil(v.NextAttemptAt),
 		LastError:      stringOrNil(v.LastError),

@@ -53,6 +53,7 @@ var routeParams = map[string]params{
 	"GET /v1/events":                          {query: listQuery(eventID, map[string]check{"type": eventType})},
 	"GET /v1/events/{id}":                     {path: map[string]check{"id": eventID}},
 	"GET /v1/events/{id}/deliveries":          {path: map[string]check{"id": eventID}},
+	"POST /v1/events/{id}/redeliver":          {path: map[string]check{"id": eventID}},
 	"POST /v1/webhook_endpoints":              {},
 	"GET /v1/webhook_endpoints":               {query: listQuery(endpointID, nil)},
 	"DELETE /v1/webhook_endpoints/{id}":       {path: map[string]check{"id": endpointID}},

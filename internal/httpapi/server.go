@@ -167,6 +167,7 @@ func newRouter(cfg Config) (*chi.Mux, error) {
 		route(http.MethodGet, "/events", s.listEvents)
 		route(http.MethodGet, "/events/{id}", s.getEvent)
 		route(http.MethodGet, "/events/{id}/deliveries", s.listEventDeliveries)
+		route(http.MethodPost, "/events/{id}/redeliver", s.redeliverEvent)
 		route(http.MethodPost, "/webhook_endpoints", s.createWebhookEndpoint)
 		route(http.MethodGet, "/webhook_endpoints", s.listWebhookEndpoints)
 		route(http.MethodDelete, "/webhook_endpoints/{id}", s.deleteWebhookEndpoint)

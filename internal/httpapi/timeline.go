@@ -55,6 +55,20 @@ type (
 		Kind           string `json:"kind"`
 		ResponseStatus int    `json:"response_status"`
 	}
+	movedJSON struct {
+		At   string `json:"at"`
+		Kind string `json:"kind"`
+		PSP  string `json:"psp"`
+	}
+	// operatorJSON is an operator's act: retried, resolved (with as) or
+	// resolution_refused (with as). By is always "operator": the
+	// operator's name and reason are for operators alone.
+	operatorJSON struct {
+		At   string `json:"at"`
+		Kind string `json:"kind"`
+		By   string `json:"by"`
+		As   string `json:"as,omitempty"`
+	}
 )
 
 // tenantEntry is e as a tenant sees it, or nil for a kind the contract
@@ -87,6 +101,12 @@ func tenantEntry(e idempotency.Entry) any {
 		return pspCallJSON{at, kind, e.PSP, e.Operation, e.Outcome, e.Status, ms}
 	case idempotency.KindFinished:
 		return finishedJSON{at, kind, e.ResponseStatus}
+	case idempotency.KindMoved:
+		return movedJSON{at, kind, e.PSP}
+	case idempotency.KindRetried:
+		return operatorJSON{at, kind, idempotency.RoleOperator, ""}
+	case idempotency.KindResolved, idempotency.KindResolutionRefused:
+		return operatorJSON{at, kind, idempotency.RoleOperator, e.As}
 	}
 	return nil
 }

@@ -106,3 +106,37 @@ func TestTenantTimelineShowsNoInternals(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&slashed))
 	require.Len(t, slashed.Data, 4, "claimed, reached, psp_call, finished")
 }
+
+// An operator's acts and a move to another PSP reach the tenant's timeline
+// as the contract's kinds, with by: operator and how it was resolved, never
+// the operator's name, reason or process.
+func TestTenantTimelineShowsOperatorActsWithoutNames(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, time.Time{})
+	require.Equal(t, http.StatusCreated, b.do(t, http.MethodPost, "/v1/charges", "acts", `{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`).status)
+	_, err := b.pool.Exec(t.Context(), `UPDATE idempotency_keys SET timeline = timeline || $1::jsonb WHERE key = 'acts'`, `[
+ {"at":"2026-12-04T21:06:50.000001Z","lock_version":2,"kind":"moved","holder":"api:vm:1:0badcafe","psp":"secondary"},
+ {"at":"2026-12-04T21:06:51.000001Z","lock_version":2,"kind":"retried","holder":"operator:vm:2:0badcafe","by":"operator","operator":"alice"},
+ {"at":"2026-12-04T21:06:52.000001Z","lock_version":3,"kind":"resolution_refused","holder":"operator:vm:2:0badcafe","by":"operator","operator":"alice","as":"succeeded","detail":"the PSP could not be asked: dial 10.1.2.3"},
+ {"at":"2026-12-04T21:06:53.000001Z","lock_version":4,"kind":"resolved","holder":"operator:vm:2:0badcafe","by":"operator","operator":"alice","as":"failed","detail":"ticket 5521"}]`)
+	require.NoError(t, err)
+	r, tl := b.timeline(t, "acts")
+	for _, secret := range []string{"alice", "5521", "10.1.2.3", "operator:vm", "detail", "holder"} {
+		require.NotContains(t, string(r.body), secret)
+	}
+	n := len(tl.Data)
+	require.GreaterOrEqual(t, n, 4)
+	want := []map[string]string{
+		{"kind": "moved", "psp": "secondary"},
+		{"kind": "retried", "by": "operator"},
+		{"kind": "resolution_refused", "by": "operator", "as": "succeeded"},
+		{"kind": "resolved", "by": "operator", "as": "failed"},
+	}
+	for i, w := range want {
+		e := tl.Data[n-4+i]
+		require.Len(t, e, len(w)+1, "%v: at and the kind's members only", e)
+		for k, v := range w {
+			require.Equal(t, v, str(t, e[k]), "%s of %v", k, w)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package idempotency
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,8 +51,27 @@ type Cursor struct {
 	Key       string
 }
 
-// CursorOf is v's place in Browse's order.
+// CursorOf is v's place in Browse's order (and List's).
 func CursorOf(v View) Cursor { return Cursor{CreatedAt: v.CreatedAt, TenantID: v.TenantID, Key: v.Key} }
+
+// String spells the cursor as one word for a command line:
+// <created_at, RFC 3339 to the nanosecond>/<tenant id>/<key>. The key
+// comes last, so that a key holding "/" still parses (ParseCursor).
+func (c Cursor) String() string {
+	return c.CreatedAt.UTC().Format(time.RFC3339Nano) + "/" + strconv.FormatInt(c.TenantID, 10) + "/" + c.Key
+}
+
+// ParseCursor reads a cursor spelled by Cursor.String.
+func ParseCursor(s string) (Cursor, error) {
+	at, rest, ok1 := strings.Cut(s, "/")
+	tenant, key, ok2 := strings.Cut(rest, "/")
+	t, err1 := time.Parse(time.RFC3339Nano, at)
+	id, err2 := strconv.ParseInt(tenant, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || key == "" {
+		return Cursor{}, fmt.Errorf("cursor %q: not one a list printed (TIME/TENANT ID/KEY)", s)
+	}
+	return Cursor{CreatedAt: t, TenantID: id, Key: key}, nil
+}
 
 // browseSQL reads, for each tenant, its newest requests through
 // idempotency_keys_tenant_created (tenant_id, created_at DESC, key DESC),

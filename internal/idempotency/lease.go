@@ -48,6 +48,17 @@ func (l *Lease) Advance(ctx context.Context, tx Execer, point RecoveryPoint) err
 	return fenceError(err, "advance %q to %s", r.Key, point)
 }
 
+// Stay records, fenced like Advance, that the key stays at point (where it
+// is) while its holder goes round the point's call again: the holder's
+// notes (a "moved" among them) are written, and no "reached", since
+// nothing new was reached. It renews the lease like Advance.
+func (l *Lease) Stay(ctx context.Context, tx Execer, point RecoveryPoint) error {
+	r := l.Record
+	err := write(ctx, tx, advanceSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, string(point), l.store.cfg.Lease.Microseconds(),
+		l.take())
+	return fenceError(err, "stay %q at %s", r.Key, point)
+}
+
 // finishSQL stores the response and ends the key, fenced like advanceSQL.
 // The timeline gains the holder's notes (the PSP call just answered) and
 // "finished" ($8); nobody holds the key any more.

@@ -124,26 +124,51 @@ type Filter struct {
 	State RequestState
 	// OlderThan, if positive, keeps keys claimed longer ago than this.
 	OlderThan time.Duration
+	// After, if set, is the last key of the previous page (keyset paging,
+	// in List's order).
+	After *Cursor
 	// Limit bounds the list (default 1000).
 	Limit int
 }
 
 // operatorListSQL is the operator's list across tenants, oldest first: the
-// longest-waiting requests are the most urgent. Unfinished and
-// needs_attention keys are read through idempotency_keys_unfinished.
+// longest-waiting requests are the most urgent. Each tenant's keys are
+// read in that order through idempotency_keys_tenant_created, scanned
+// backwards, or idempotency_keys_unfinished for an unfinished state, at
+// most $4 per tenant, and the oldest $4 of those kept: an ORDER BY
+// created_at across tenants has no index to walk (see browseSQL, its
+// newest-first twin) and would sort every key kept. The keyset cursor
+// ($5, $6, $7) is the (created_at, tenant_id, key) of the previous page's
+// last key; "created_at >= $5" bounds the index scan on its own.
 var operatorListSQL = `SELECT ` + viewColumns + `
-  FROM idempotency_keys
- WHERE ($1 = 0 OR tenant_id = $1) AND ` + requestStateFilterSQL(2) + `
-   AND created_at <= phasepay_now() - $3 * interval '1 microsecond'
+  FROM (SELECT id AS list_tenant FROM tenants WHERE $1 = 0 OR id = $1) t
+ CROSS JOIN LATERAL (
+       SELECT * FROM idempotency_keys
+        WHERE tenant_id = t.list_tenant AND ` + requestStateFilterSQL(2) + `
+          AND created_at <= phasepay_now() - $3 * interval '1 microsecond'
+          AND ($5::timestamptz IS NULL OR created_at >= $5)
+          AND ($5::timestamptz IS NULL OR (created_at, tenant_id, key) > ($5, $6, $7))
+        ORDER BY created_at, key
+        LIMIT $4) k
  ORDER BY created_at, tenant_id, key
  LIMIT $4`
 
-// List returns the keys f selects, oldest first.
+// List returns the keys f selects, oldest first, a page of at most
+// f.Limit after f.After.
 func List(ctx context.Context, q DBTX, f Filter) ([]View, error) {
 	if f.Limit <= 0 {
 		f.Limit = 1000
 	}
-	rows, err := q.Query(ctx, operatorListSQL, planWithValues, f.TenantID, string(f.State), f.OlderThan.Microseconds(), f.Limit)
+	var (
+		afterAt     *time.Time
+		afterTenant int64
+		afterKey    string
+	)
+	if f.After != nil {
+		afterAt, afterTenant, afterKey = &f.After.CreatedAt, f.After.TenantID, f.After.Key
+	}
+	rows, err := q.Query(ctx, operatorListSQL, planWithValues, f.TenantID, string(f.State), f.OlderThan.Microseconds(), f.Limit,
+		afterAt, afterTenant, afterKey)
 	if err != nil {
 		return nil, fmt.Errorf("list requests: %w", err)
 	}
@@ -157,10 +182,12 @@ func List(ctx context.Context, q DBTX, f Filter) ([]View, error) {
 // retryNowSQL makes a key's next attempt due now. A needs_attention key
 // becomes started again, for one attempt: if that fails too, it is past its
 // give-up horizon and returns to needs_attention at once. A held lease is
-// left alone (its holder is attempting right now).
+// left alone (its holder is attempting right now). The timeline gains
+// "retried" ($3), naming the operator.
 const retryNowSQL = `
 UPDATE idempotency_keys
-   SET state = 'started', next_attempt_at = phasepay_now()
+   SET state = 'started', next_attempt_at = phasepay_now(),
+       timeline = phasepay_timeline_append(timeline, $3, lock_version)
  WHERE (tenant_id, key, created_at) = (
         SELECT tenant_id, key, created_at FROM idempotency_keys
          WHERE tenant_id = $1 AND key = $2 ORDER BY created_at DESC LIMIT 1)
@@ -168,11 +195,13 @@ UPDATE idempotency_keys
 RETURNING 1`
 
 // RetryNow makes the next attempt of an unfinished or needs_attention key
-// due now (the reaper picks it up at its next pass). It returns ErrNotFound
-// for no such key and ErrFinished for one that is done.
-func (s *Store) RetryNow(ctx context.Context, q DBTX, tenantID int64, key string) error {
+// due now (the reaper picks it up at its next pass), recorded in its
+// timeline as the operator by's. It returns ErrNotFound for no such key
+// and ErrFinished for one that is done.
+func (s *Store) RetryNow(ctx context.Context, q DBTX, tenantID int64, key, by string) error {
 	var one int
-	err := q.QueryRow(ctx, retryNowSQL, tenantID, key).Scan(&one)
+	err := q.QueryRow(ctx, retryNowSQL, tenantID, key,
+		s.entries(Entry{Kind: KindRetried, By: RoleOperator, Operator: by})).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if _, err := GetView(ctx, q, tenantID, key); err != nil {
 			return fmt.Errorf("retry %q: %w", key, err)
@@ -219,19 +248,23 @@ func (s *Store) TakeForResolution(ctx context.Context, q DBTX, tenantID int64, k
 }
 
 // returnToAttentionSQL gives a key taken for resolution back, unchanged but
-// for the bumped lock_version, fenced.
+// for the bumped lock_version, fenced. The timeline gains the holder's
+// notes ($5): the refused resolution, which the bumped lock_version is
+// then seen to belong to.
 const returnToAttentionSQL = `
 UPDATE idempotency_keys
-   SET state = 'needs_attention', locked_until = NULL
+   SET state = 'needs_attention', locked_until = NULL,
+       timeline = phasepay_timeline_append(timeline, $5, lock_version)
  WHERE tenant_id = $1 AND key = $2 AND created_at = $3
    AND lock_version = $4
    AND state = 'started'`
 
 // ReturnToAttention gives a key the operator could not resolve back to
-// needs_attention.
+// needs_attention, writing the holder's notes (Note: why it was refused)
+// in its timeline.
 func (l *Lease) ReturnToAttention(ctx context.Context, q DBTX) error {
 	r := l.Record
-	tag, err := q.Exec(ctx, returnToAttentionSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion)
+	tag, err := q.Exec(ctx, returnToAttentionSQL, r.TenantID, r.Key, r.CreatedAt, r.LockVersion, l.take())
 	if err != nil {
 		return fmt.Errorf("return %q to needs_attention: %w", r.Key, err)
 	}
@@ -243,11 +276,12 @@ func (l *Lease) ReturnToAttention(ctx context.Context, q DBTX) error {
 
 // setObjectSQL records what the request created, fenced (see fenced).
 var setObjectSQL = fenced(`
-UPDATE idempotency_keys SET object_id = $5
+UPDATE idempotency_keys SET object_id = nullif($5, '')
  WHERE tenant_id = $1 AND key = $2 AND created_at = $3 AND lock_version = $4 AND state = 'started'`, "set object")
 
 // SetObject records, inside the transaction that creates it, the id of the
-// object the request created (shown in the tenant's view of the key). It
+// object the request created (shown in the tenant's view of the key); ""
+// records none, for a request refused before its object was made. It
 // returns ErrLeaseLost if the lease was lost.
 func (l *Lease) SetObject(ctx context.Context, tx Execer, id string) error {
 	r := l.Record

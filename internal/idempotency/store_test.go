@@ -363,7 +363,7 @@ func TestGiveUpMovesToNeedsAttention(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, leases, "the reaper never picks a key that needs attention")
 
-	require.NoError(t, store.RetryNow(ctx, later, b.tenant, "gu"))
+	require.NoError(t, store.RetryNow(ctx, later, b.tenant, "gu", "ops"))
 	leases, err = store.TakeOverExpired(ctx, later, 10)
 	require.NoError(t, err)
 	require.Len(t, leases, 1, "an operator's retry makes the next attempt due now")

@@ -29,6 +29,12 @@ import (
 //	released    Release (reason in stable words, the raw cause for operators, the next attempt)
 //	taken_over  TakeOver (a client's retry in an api process), TakeOverExpired (a reaper)
 //	heartbeat   Extend (a renewal during a slow call; a run of them is one entry, moved)
+//	moved       noted by an operation that goes round its call again at another PSP
+//	            (a charge's failover), written by Stay
+//	retried     RetryNow (an operator made the next attempt due now)
+//	resolved    noted by an operator's resolution, written by its Finish
+//	resolution_refused
+//	            noted by a resolution the PSP contradicted, written by ReturnToAttention
 //	finished    Finish (the stored answer's status)
 //
 // Each entry names its holder, the process that wrote it
@@ -56,6 +62,16 @@ const (
 	// A tenant's timeline does not show it.
 	KindHeartbeat Kind = "heartbeat"
 	KindFinished  Kind = "finished"
+	// KindMoved: the request moved to another PSP (PSP) after a refusal,
+	// and goes round its call again there (a charge's failover).
+	KindMoved Kind = "moved"
+	// An operator's acts (By is RoleOperator, Operator the name given):
+	// the next attempt made due now; a resolution (As, Detail the
+	// operator's reason); a resolution refused because the PSP
+	// contradicted it or could not be asked (As, Detail why).
+	KindRetried           Kind = "retried"
+	KindResolved          Kind = "resolved"
+	KindResolutionRefused Kind = "resolution_refused"
 )
 
 // Entry is one moment of a request's life, as stored in its key's timeline.
@@ -82,7 +98,8 @@ type Entry struct {
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
 
 	// By (taken_over): the role of the process that took the key over,
-	// api (a client's retry) or reaper.
+	// api (a client's retry) or reaper; (retried, resolved,
+	// resolution_refused) RoleOperator.
 	By string `json:"by,omitempty"`
 
 	// A PSP call (psp_call): which PSP, which operation (authorize,
@@ -101,6 +118,14 @@ type Entry struct {
 
 	// ResponseStatus (finished): the stored answer's HTTP status.
 	ResponseStatus int `json:"response_status,omitempty"`
+
+	// Operator (retried, resolved, resolution_refused): the name the
+	// operator acted under (--by). For operators only: a tenant reads
+	// "by": "operator". As: the resolution asked for, failed or
+	// succeeded. An operator's reason, or why a resolution was refused,
+	// is in Detail, for operators only like every Detail.
+	Operator string `json:"operator,omitempty"`
+	As       string `json:"as,omitempty"`
 }
 
 // KeyHash names a tenant's key where the key itself must not appear

@@ -60,6 +60,8 @@ func appendUnstamped(b []byte, e Entry) []byte {
 	if e.ResponseStatus != 0 {
 		num("response_status", int64(e.ResponseStatus))
 	}
+	str("operator", e.Operator)
+	str("as", e.As)
 	return append(b, '}')
 }
 

@@ -35,6 +35,8 @@ func TestTimelineEncodingIsEncodingJSONs(t *testing.T) {
 			DurationMS: &ms, Sends: &zero, Lookups: &one},
 		{Kind: KindPSPCall, Outcome: "unknown"},
 		{Kind: KindFinished, ResponseStatus: 201},
+		{Kind: KindMoved, PSP: "secondary"},
+		{Kind: KindResolved, By: RoleOperator, Operator: odd, As: "failed", Detail: odd},
 		{Kind: Kind(odd)},
 	} {
 		want, err := json.Marshal(unstamped{Entry: e})

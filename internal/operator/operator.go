@@ -45,8 +45,11 @@ type Config struct {
 }
 
 // ErrPSPRequired: a resolution must ask the PSP first, and none is
-// configured; resolve with Force, or configure PSP_URL or PSPS.
-var ErrPSPRequired = errors.New("no PSP to look the charge up at: set PSP_URL (or PSPS), or resolve with --force")
+// configured. The way out is the api's PSP_URL (or PSPS) in the
+// operator's shell; Force is only for a PSP that cannot be reached, so
+// the message names it second.
+var ErrPSPRequired = errors.New("no PSP to look the charge up at: export PSP_URL=… (or PSPS=…) as the api has it, and run this again; " +
+	"only if that PSP cannot be reached, resolve with --force after checking its books by hand")
 
 // Desk acts on requests for an operator. It is safe for concurrent use.
 type Desk struct {
@@ -81,25 +84,38 @@ func (d *Desk) HasPSP() bool { return d.cfg.PSPURL != "" || len(d.cfg.Routing.PS
 
 // Retry makes the next attempt of the tenant's (named) unfinished or
 // needs_attention request due now; the reaper makes it at its next pass.
-// Errors: tenants.ErrTenantNotFound, idempotency.ErrNotFound,
+// The request's timeline records it as by's. Errors:
+// tenants.ErrTenantNotFound, idempotency.ErrNotFound,
 // idempotency.ErrFinished.
-func (d *Desk) Retry(ctx context.Context, tenantName, key string) (tenants.Tenant, error) {
+func (d *Desk) Retry(ctx context.Context, tenantName, key, by string) (tenants.Tenant, error) {
+	if by == "" {
+		return tenants.Tenant{}, fmt.Errorf("retry %q: an operator name is required", key)
+	}
 	t, err := tenants.ByName(ctx, d.pool, tenantName)
 	if err != nil {
 		return tenants.Tenant{}, err
 	}
-	return t, d.keys.RetryNow(ctx, d.pool, t.ID, key)
+	return t, d.keys.RetryNow(ctx, d.pool, t.ID, key, by)
 }
 
 // Resolve settles the tenant's (named) needs_attention request as r says,
 // after asking the PSP unless r.Force, and returns the answer now stored
-// for it. The resolution, its reason and r.By are recorded with it.
-// Errors: tenants.ErrTenantNotFound, ErrPSPRequired and those of
-// charges.Service.Resolve.
+// for it. The resolution, its reason and r.By are recorded with it. The
+// key is checked first: a key that does not need resolving is refused as
+// such, whatever the PSP configuration. Errors: tenants.ErrTenantNotFound,
+// idempotency.ErrNotFound, idempotency.ErrNotNeedsAttention,
+// ErrPSPRequired and those of charges.Service.Resolve.
 func (d *Desk) Resolve(ctx context.Context, tenantName, key string, r charges.Resolution) (tenants.Tenant, idempotency.Response, error) {
 	t, err := tenants.ByName(ctx, d.pool, tenantName)
 	if err != nil {
 		return tenants.Tenant{}, idempotency.Response{}, err
+	}
+	v, err := idempotency.GetView(ctx, d.pool, t.ID, key)
+	if err != nil {
+		return t, idempotency.Response{}, fmt.Errorf("resolve %q: %w", key, err)
+	}
+	if v.State != idempotency.RequestNeedsAttention {
+		return t, idempotency.Response{}, fmt.Errorf("resolve %q (%s): %w", key, v.State, idempotency.ErrNotNeedsAttention)
 	}
 	svc, err := d.service(ctx, r.Force)
 	if err != nil {

@@ -209,8 +209,10 @@ func commitOnce[S any](ctx context.Context, e *Engine, op *registered[S], run *R
 		}
 		if end.again {
 			// The key stays where it was, fenced all the same (an
-			// Advance to the arrows' last point went first).
-			return run.Lease.Advance(ctx, tx, from)
+			// Advance to the arrows' last point went first). Its
+			// timeline gains what the arrow noted (a charge's "moved"),
+			// not a second "reached" of the point it never left.
+			return run.Lease.Stay(ctx, tx, from)
 		}
 		return nil
 	})

@@ -15,7 +15,8 @@
 // A key whose PSP is still failing is released again on its retry schedule;
 // it is never given up silently: every pass counts the unfinished keys (in
 // flight, waiting for their next attempt, overdue, needs_attention) into
-// gauges and logs the overdue and needs_attention ones while there are any.
+// gauges and logs the overdue and needs_attention ones when their count
+// changes, and once a minute while there are any.
 package reaper
 
 import (
@@ -82,6 +83,10 @@ type Config struct {
 	// counted, and one the reapers fail to pick up is. Default five
 	// Intervals, at least 10s.
 	OverdueAfter time.Duration
+	// Clock is the process clock that spaces the reaper's repeated
+	// warnings (WarnRepeat); tests move it. Default time.Now. It decides
+	// nothing else: leases and schedules are the database's clock's.
+	Clock func() time.Time
 	// Meter records the reaper's metrics; default a no-op meter.
 	Meter metric.Meter
 	// Logger defaults to slog.Default().
@@ -98,6 +103,11 @@ type Reaper struct {
 	m    instruments
 
 	maintenance *maintenance.Service[*MaintenanceResult]
+
+	// overdueWarning and attentionWarning space the census's warnings;
+	// names names tenants in log lines (warnings.go).
+	overdueWarning, attentionWarning countWarning
+	names                            tenantNames
 }
 
 // Resumer drives a taken-over key to done through the operation its
@@ -124,6 +134,9 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, ops Resumer, cfg Config) (
 	if cfg.Meter == nil {
 		cfg.Meter = noop.NewMeterProvider().Meter("")
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
 	if cfg.Retention <= cfg.Lease {
 		return nil, fmt.Errorf("reaper: RETENTION %s must exceed LEASE %s (and every client's retry window)", cfg.Retention, cfg.Lease)
 	}
@@ -134,7 +147,7 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, ops Resumer, cfg Config) (
 	if err != nil {
 		return nil, err
 	}
-	r := &Reaper{cfg: cfg, pool: pool, keys: keys, ops: ops, log: cfg.Logger, m: m}
+	r := &Reaper{cfg: cfg, pool: pool, keys: keys, ops: ops, log: cfg.Logger, m: m, names: tenantNames{q: pool}}
 	r.maintenance, err = maintenance.New(pool, maintenance.Config{
 		Name:     "key partition maintenance",
 		LockID:   MaintenanceLockID,
@@ -206,12 +219,22 @@ func (r *Reaper) RunOnce(ctx context.Context) (*PassResult, error) {
 	}
 	res.Census, res.Stuck = c, c.Overdue
 	r.m.record(ctx, c)
-	if c.Overdue > 0 {
+	// Each warning when its count changes, and once a minute while it
+	// lasts; the gauges carry every pass's count.
+	now := r.cfg.Clock()
+	switch warn, ended := r.overdueWarning.next(c.Overdue, now); {
+	case warn:
 		r.log.WarnContext(ctx, "due keys no reaper picked up remain", "count", c.Overdue,
-			"overdue_after", r.cfg.OverdueAfter.String(), "max_attempts", c.OverdueMaxAttempts)
+			"overdue_after", r.cfg.OverdueAfter.String(), "max_attempts", c.OverdueMaxAttempts, "repeated_every", WarnRepeat.String())
+	case ended:
+		r.log.InfoContext(ctx, "no due key is left unpicked any more")
 	}
-	if c.NeedsAttention > 0 {
-		r.log.WarnContext(ctx, "requests need an operator (bin/api requests list --state needs_attention)", "count", c.NeedsAttention)
+	switch warn, ended := r.attentionWarning.next(c.NeedsAttention, now); {
+	case warn:
+		r.log.WarnContext(ctx, "requests need an operator (bin/api requests list --state needs_attention)", "count", c.NeedsAttention,
+			"repeated_every", WarnRepeat.String())
+	case ended:
+		r.log.InfoContext(ctx, "no request needs an operator any more")
 	}
 	return res, nil
 }
@@ -279,7 +302,8 @@ func (r *Reaper) complete(ctx context.Context, res *PassResult) error {
 // then prints the request's timeline).
 func (r *Reaper) driveOne(ctx context.Context, lease *idempotency.Lease, res *PassResult, mu *sync.Mutex) {
 	rec := lease.Record
-	r.log.InfoContext(ctx, "reaper took over request", "tenant_id", rec.TenantID, "key", rec.Key, "object_id", rec.ObjectID,
+	tenant := r.tenant(ctx, rec.TenantID)
+	r.log.InfoContext(ctx, "reaper took over request", tenant, "key", rec.Key, "object_id", rec.ObjectID,
 		"endpoint", rec.Request.Method+" "+rec.Request.Path, "recovery_point", string(rec.Point), "lock_version", rec.LockVersion)
 	resp, err := r.resume(ctx, lease)
 	mu.Lock()
@@ -287,14 +311,24 @@ func (r *Reaper) driveOne(ctx context.Context, lease *idempotency.Lease, res *Pa
 	if err != nil {
 		res.Failed++
 		r.m.failures.Add(ctx, 1)
-		r.log.WarnContext(ctx, "could not complete key", "tenant_id", rec.TenantID, "key", rec.Key, "object_id", rec.ObjectID,
+		r.log.WarnContext(ctx, "could not complete key", tenant, "key", rec.Key, "object_id", rec.ObjectID,
 			"recovery_point", string(rec.Point), "attempts", rec.Attempts+1, "error", err.Error())
 		return
 	}
 	res.Completed++
 	r.m.completions.Add(ctx, 1)
-	r.log.InfoContext(ctx, "reaper completed request", "tenant_id", rec.TenantID, "key", rec.Key, "object_id", rec.ObjectID,
+	r.log.InfoContext(ctx, "reaper completed request", tenant, "key", rec.Key, "object_id", rec.ObjectID,
 		"response_status", resp.Status)
+}
+
+// tenant is a log line's tenant: its name, as every other line names it
+// (bin/api requests show TENANT KEY takes it), or its id when the name
+// cannot be read now.
+func (r *Reaper) tenant(ctx context.Context, id int64) slog.Attr {
+	if name := r.names.name(ctx, id); name != "" {
+		return slog.String("tenant", name)
+	}
+	return slog.Int64("tenant_id", id)
 }
 
 // resume drives one key through the operation its claim named.

@@ -1,9 +1,10 @@
 // Package timeline reads a request's whole life for operators (bin/api
 // requests show, the console): its key's timeline, as the key's own
 // statements recorded it (internal/idempotency, timeline.go), with the
-// events its transactions wrote and their webhook delivery attempts, merged
-// in time order. Two queries: the key's row, then its events with their
-// attempts.
+// events its transactions wrote, their webhook delivery attempts and the
+// redeliveries asked for of them, merged in time order. Two queries (the
+// key's row, then its events with their attempts), and a third for the
+// redeliveries when it wrote events.
 //
 // Nothing here is for tenants: entries name processes (holders) and raw
 // causes. The tenant's view is the key's timeline alone, stripped of both
@@ -39,6 +40,12 @@ const (
 	// endpoint (EventID, EndpointID, Attempt, the endpoint's Status, its
 	// DurationMS, the Error in stable words).
 	KindWebhookAttempt idempotency.Kind = "webhook_attempt"
+	// KindWebhookRedelivery: a redelivery asked for of such an event
+	// (EventID; EndpointID, or "" for every endpoint it was owed to), by
+	// the tenant or an operator (Operator: "tenant" or the operator's
+	// name; Via: api, cli or console), and how many deliveries it made
+	// due (Attempt).
+	KindWebhookRedelivery idempotency.Kind = "webhook_redelivery"
 )
 
 // Entry is one moment of a request's life: an entry of its key's timeline,
@@ -50,6 +57,7 @@ type Entry struct {
 	EndpointID string `json:"endpoint_id,omitempty"`
 	Attempt    int    `json:"attempt,omitempty"`
 	Error      string `json:"error,omitempty"`
+	Via        string `json:"via,omitempty"`
 }
 
 // Timeline is a request's life as an operator reads it.
@@ -161,7 +169,11 @@ func readEvents(ctx context.Context, q DBTX, tenantID int64, key, objectID strin
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("events of %q: %w", key, err)
 	}
-	extra := append(events, attempts...)
+	redeliveries, err := readRedeliveries(ctx, q, tenantID, events)
+	if err != nil {
+		return nil, err
+	}
+	extra := append(append(events, attempts...), redeliveries...)
 	slices.SortStableFunc(extra, func(a, b Entry) int { return a.At.Compare(b.At) })
 	return extra, nil
 }
@@ -181,4 +193,44 @@ func merge(base, extra []Entry) []Entry {
 		out = append(out, x)
 	}
 	return append(out, base[i:]...)
+}
+
+// redeliveriesSQL reads the redeliveries asked for of the request's events
+// (webhook_redeliveries, written by package webhooks), through
+// webhook_redeliveries_event. A redelivery of an endpoint's window names no
+// event, and is not among them.
+const redeliveriesSQL = `
+SELECT requested_at, requested_by, via, event_id, coalesce(endpoint_id, ''), deliveries
+  FROM webhook_redeliveries
+ WHERE tenant_id = $1 AND event_id = ANY($2::text[])
+ ORDER BY requested_at, id`
+
+// readRedeliveries returns the redeliveries asked for of events, each an
+// entry at the time it was asked for.
+func readRedeliveries(ctx context.Context, q DBTX, tenantID int64, events []Entry) ([]Entry, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(events))
+	types := map[string]string{}
+	for i, ev := range events {
+		ids[i], types[ev.EventID] = ev.EventID, ev.EventType
+	}
+	rows, err := q.Query(ctx, redeliveriesSQL, tenantID, ids)
+	if err != nil {
+		return nil, fmt.Errorf("redeliveries: %w", err)
+	}
+	var (
+		out []Entry
+		e   Entry
+	)
+	_, err = pgx.ForEachRow(rows, []any{&e.At, &e.Operator, &e.Via, &e.EventID, &e.EndpointID, &e.Attempt}, func() error {
+		e.Kind, e.EventType = KindWebhookRedelivery, types[e.EventID]
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redeliveries: %w", err)
+	}
+	return out, nil
 }

@@ -1,0 +1,73 @@
+package reaper
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/phasepay/phasepay/internal/tenants"
+)
+
+// WarnRepeat is how often the reaper repeats a warning whose count has not
+// changed: requests that need an operator, or due keys nobody picks up.
+const WarnRepeat = time.Minute
+
+// countWarning spaces the lines of one warning that a pass would otherwise
+// log every Interval while its condition lasts (86,400 lines a day at the
+// default interval during one incident, each saying the same): it is
+// logged when its count changes, and repeated once every WarnRepeat while
+// the count stays above zero; its end (the count back to zero) is logged
+// once, at INFO (pitfall 104 "A warning logged every second").
+type countWarning struct {
+	mu     sync.Mutex
+	last   int64
+	at     time.Time // when it was last logged
+	logged bool
+}
+
+// next says whether a count of n, at now, is to be logged (warn) or its
+// end is (ended), and remembers it if so.
+func (w *countWarning) next(n int64, now time.Time) (warn, ended bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case n > 0 && (!w.logged || n != w.last || now.Sub(w.at) >= WarnRepeat):
+		w.last, w.at, w.logged = n, now, true
+		return true, false
+	case n == 0 && w.logged && w.last > 0:
+		w.last, w.at = 0, now
+		return false, true
+	}
+	return false, false
+}
+
+// tenantNames names tenants in the reaper's log lines, as every other
+// line names them, from a cache filled on first use: a tenant's name never
+// changes (bin/api keys create names it once).
+type tenantNames struct {
+	q     tenants.DBTX
+	mu    sync.Mutex
+	names map[int64]string
+}
+
+// name returns the tenant's name, or "" if it cannot be read now (the
+// line then carries the id alone).
+func (t *tenantNames) name(ctx context.Context, id int64) string {
+	t.mu.Lock()
+	name, ok := t.names[id]
+	t.mu.Unlock()
+	if ok {
+		return name
+	}
+	names, err := tenants.Names(ctx, t.q, []int64{id})
+	if err != nil || names[id] == "" {
+		return ""
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.names == nil {
+		t.names = map[int64]string{}
+	}
+	t.names[id] = names[id]
+	return names[id]
+}
