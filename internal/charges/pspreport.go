@@ -56,7 +56,7 @@ func (s *Service) PSPReport(ctx context.Context, tenantID int64, chargeID, pspNa
 		return false, fmt.Errorf("psp report for %s: hint: %w", chargeID, err)
 	}
 	// Due now, also from needs_attention: the report may be what settles it.
-	err = s.keys.RetryNow(ctx, s.pool, tenantID, key)
+	err = s.keys.DueNow(ctx, s.pool, tenantID, key)
 	switch {
 	case errors.Is(err, idempotency.ErrFinished), errors.Is(err, idempotency.ErrNotFound):
 		return false, nil

@@ -199,9 +199,20 @@ RETURNING 1`
 // timeline as the operator by's. It returns ErrNotFound for no such key
 // and ErrFinished for one that is done.
 func (s *Store) RetryNow(ctx context.Context, q DBTX, tenantID int64, key, by string) error {
+	return s.dueNow(ctx, q, tenantID, key, s.entries(Entry{Kind: KindRetried, By: RoleOperator, Operator: by}))
+}
+
+// DueNow is RetryNow for a report from outside (a PSP's webhook saying
+// what became of a call): the key's next attempt is due now, and the
+// timeline gets no entry of its own, since the attempt it makes due
+// records what it finds.
+func (s *Store) DueNow(ctx context.Context, q DBTX, tenantID int64, key string) error {
+	return s.dueNow(ctx, q, tenantID, key, nil)
+}
+
+func (s *Store) dueNow(ctx context.Context, q DBTX, tenantID int64, key string, entries *string) error {
 	var one int
-	err := q.QueryRow(ctx, retryNowSQL, tenantID, key,
-		s.entries(Entry{Kind: KindRetried, By: RoleOperator, Operator: by})).Scan(&one)
+	err := q.QueryRow(ctx, retryNowSQL, tenantID, key, entries).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if _, err := GetView(ctx, q, tenantID, key); err != nil {
 			return fmt.Errorf("retry %q: %w", key, err)
