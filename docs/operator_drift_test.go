@@ -115,7 +115,7 @@ func TestMakeRunsMockIsSaid(t *testing.T) {
 	t.Parallel()
 	script := readFile(t, filepath.Join(repoRoot, "scripts", "run-dev"))
 	require.Contains(t, script, `"$bin/mockpsp"`, "run-dev starts bin/mockpsp")
-	require.Regexp(t, `(?m)^export PSP_URL="http://\$\{MOCKPSP_ADDR\}"$`, script, "the api and reaper of make run call it over HTTP")
+	require.Regexp(t, `(?m)^\s*export PSP_URL="http://\$\{MOCKPSP_ADDR\}"$`, script, "the api and reaper of make run call it over HTTP")
 	require.NotContains(t, script, "PSP_URL=embedded")
 	flat := strings.Join(strings.Fields(readDoc(t, "api.md")), " ")
 	require.Contains(t, flat, "which is what `make run` runs, or inside `bin/api` when `PSP_URL=embedded` (tests)")
