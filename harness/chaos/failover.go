@@ -165,6 +165,42 @@ func (p *writeProbe) writesBack(from, to time.Time) (time.Duration, bool) {
 	return 0, failed == nil
 }
 
+// breakerAcrossKill is how long the route's first PSP stays down from the
+// promotion that ends a kill: past every process's way back, and long
+// enough for the breakers of the processes that call it to open.
+const breakerAcrossKill = 5 * time.Second
+
+// primaryDown takes the route's first PSP down (503 to everything) from the
+// promotion that ends a kill until the returned restore is called (and at
+// least breakerAcrossKill). With asynchronous replication the kill lost
+// the claims, charges and attempts its last second committed, some of
+// them after the PSP authorized them; their clients' retries arrive as new
+// requests while every process's breaker for the first PSP is open. A
+// retry that then goes to the next PSP authorizes the same charge a second
+// time, which the history's check of the books reports (issue 33, "A
+// second PSP after a lost claim").
+func (s *pspSet) primaryDown(ctx context.Context) func() {
+	out := &pspOutages{pspURL: s.urls[0]}
+	down := faults{ErrorRate: 1, LookupErrorRate: 1, LatencyMS: s.cfg.LatencyMS}
+	if err := out.set(ctx, down); err != nil {
+		return func() {}
+	}
+	start := time.Now()
+	ended := s.rec.Begin("psp_down", s.names[0], fmt.Sprintf("%s down across the kill's promotion: every breaker for it opens", s.names[0]))
+	return func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(breakerAcrossKill - time.Since(start)):
+		}
+		_ = out.set(context.WithoutCancel(ctx), faults{ErrorRate: s.cfg.ErrorRate, DropRate: s.cfg.DropRate, RejectRate: s.cfg.RejectRate,
+			LookupErrorRate: s.cfg.LookupErrorRate, LatencyMS: s.cfg.LatencyMS})
+		ended()
+		s.mu.Lock()
+		s.stats.Stretches["down"]++
+		s.mu.Unlock()
+	}
+}
+
 // failover makes the k-th failure of the primary: odd ones kill -9, even
 // ones a switchover, each from a healthy formation (the node that failed
 // last has rejoined as a standby).
@@ -258,10 +294,17 @@ func (d *dbChaos) runFailover(ctx context.Context, k, n int, progress io.Writer)
 	if err != nil {
 		return fmt.Errorf("failover %d: %w", k, err)
 	}
+	var restore func()
+	if fo.Kind == "kill" && d.primaryDown != nil {
+		restore = d.primaryDown(ctx)
+	}
 	d.restarts.Add(1)
 	d.recovering.Store(true)
 	rec, notRecovered, last := d.awaitRecovery(ctx, fo.Started)
 	d.recovering.Store(false)
+	if restore != nil {
+		restore()
+	}
 	// On the report's time axis: the primary's failure until the standby
 	// took writes, and every process's way back.
 	d.rec.Span("failover", fo.From, fmt.Sprintf("failover %d of %d (%s): %s → %s", k, n, fo.Kind, fo.From, fo.To), fo.Started, fo.Promoted)
