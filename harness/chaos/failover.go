@@ -177,8 +177,8 @@ const breakerAcrossKill = 5 * time.Second
 // them after the PSP authorized them; their clients' retries arrive as new
 // requests while every process's breaker for the first PSP is open. A
 // retry that then goes to the next PSP authorizes the same charge a second
-// time, which the history's check of the books reports (issue 33, "A
-// second PSP after a lost claim").
+// time (a second PSP after a lost claim), which the history's check of the
+// books reports.
 func (s *pspSet) primaryDown(ctx context.Context) func() {
 	out := &pspOutages{pspURL: s.urls[0]}
 	down := faults{ErrorRate: 1, LookupErrorRate: 1, LatencyMS: s.cfg.LatencyMS}
