@@ -73,6 +73,7 @@ func TestHistoryCheckerRejectsAKeyLostAfterItsAnswer(t *testing.T) {
 
 	v, draw := history.Check(log.Ops(), 0)
 	require.Equal(t, history.Accepted, v.Verdict, "%+v", v)
+	require.Nil(t, draw)
 	require.Equal(t, 2, v.Partitions)
 
 	conn, err := pgx.Connect(ctx, dbURL)
