@@ -125,7 +125,7 @@ func (s *Summary) historyRows(row func(string, any)) {
 	}
 	row("client history (Porcupine)", v.Verdict)
 	row("  requests recorded", v.Operations)
-	row("  with a key / without an answer", fmt.Sprintf("%d / %d", v.Checked, v.Lost))
+	row("  with a key / without an answer", fmt.Sprintf("%d / %d (%d never sent)", v.Checked, v.Lost, v.Unsent))
 	row("  keys (partitions) / rejected", fmt.Sprintf("%d / %d", v.Partitions, v.Rejected))
 	if v.Undecided > 0 {
 		row("  keys undecided (time out)", v.Undecided)

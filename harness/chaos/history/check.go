@@ -25,10 +25,12 @@ type Verdict struct {
 	// Operations is every request recorded; Checked those with an
 	// Idempotency-Key, in Partitions keys (tenant and key), of which
 	// Rejected are not linearizable and Undecided ran out of time.
-	// Lost is the checked requests without an answer.
+	// Lost is the checked requests without an answer, Unsent those of them
+	// that never reached a server (the connection was refused).
 	Operations int `json:"operations"`
 	Checked    int `json:"idempotent_operations"`
 	Lost       int `json:"operations_without_answer"`
+	Unsent     int `json:"operations_never_sent"` // of Lost: no connection made
 	Partitions int `json:"partitions"`
 	Rejected   int `json:"rejected_partitions"`
 	Undecided  int `json:"undecided_partitions"`
@@ -62,8 +64,11 @@ func Check(ops []Op, timeout time.Duration) (*Verdict, func(io.Writer) error) {
 		v.Checked += len(p.ops)
 		v.MaxOps = max(v.MaxOps, len(p.ops))
 		for _, o := range p.ops {
-			if o.Output.(output).lost {
+			if out := o.Output.(output); out.lost {
 				v.Lost++
+				if out.class == classRefused {
+					v.Unsent++
+				}
 			}
 		}
 		switch porcupine.CheckOperationsTimeout(model, p.ops, timeout) {
@@ -116,19 +121,14 @@ type keyOps struct {
 
 // partition groups the operations that carry an Idempotency-Key by tenant
 // and key, in order of each key's first invocation. An operation without
-// an answer returns at the history's end: its effect may come at any
-// point after its invocation, or never. Within a key, each operation gets
-// the first client row free at its invocation, so that the drawing shows
-// concurrent requests side by side.
+// an answer returns after everything else of its key: its effect may come
+// at any point after its invocation, or never. Within a key, each
+// operation gets the first client row free at its invocation, so that the
+// drawing shows concurrent requests side by side.
 func partition(ops []Op) []keyOps {
-	var end int64
-	for _, op := range ops {
-		end = max(end, op.Call, op.Return)
-	}
-	end++
 	index := map[[2]string]int{}
-	var parts []keyOps
-	var rows [][]int64 // per part, each row's last return
+	var byKey [][]*Op
+	var names []string
 	for i := range ops {
 		op := &ops[i]
 		if op.Key == "" {
@@ -137,26 +137,37 @@ func partition(ops []Op) []keyOps {
 		k := [2]string{op.Tenant, op.Key}
 		n, ok := index[k]
 		if !ok {
-			n = len(parts)
+			n = len(byKey)
 			index[k] = n
-			parts = append(parts, keyOps{name: op.Tenant + "/" + op.Key})
-			rows = append(rows, nil)
+			byKey = append(byKey, nil)
+			names = append(names, op.Tenant+"/"+op.Key)
 		}
-		ret := op.Return
-		if !op.Answered() {
-			ret = end
-		}
-		row := slices.IndexFunc(rows[n], func(last int64) bool { return last < op.Call })
-		if row < 0 {
-			row = len(rows[n])
-			rows[n] = append(rows[n], 0)
-		}
-		rows[n][row] = ret
-		parts[n].ops = append(parts[n].ops, porcupine.Operation{ClientId: row, Input: inputOf(op), Call: op.Call,
-			Output: outputOf(op), Return: ret, Metadata: fmt.Sprintf("op %d, tenant %s, key %s", op.ID, op.Tenant, op.Key)})
+		byKey[n] = append(byKey[n], op)
 	}
-	for i := range parts {
-		slices.SortStableFunc(parts[i].ops, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+	parts := make([]keyOps, len(byKey))
+	for n, key := range byKey {
+		slices.SortStableFunc(key, func(a, b *Op) int { return cmp.Compare(a.Call, b.Call) })
+		var end int64
+		for _, op := range key {
+			end = max(end, op.Call, op.Return)
+		}
+		end++
+		parts[n].name = names[n]
+		var rows []int64 // each row's last return
+		for _, op := range key {
+			ret := op.Return
+			if !op.Answered() {
+				ret = end
+			}
+			row := slices.IndexFunc(rows, func(last int64) bool { return last < op.Call })
+			if row < 0 {
+				row = len(rows)
+				rows = append(rows, 0)
+			}
+			rows[row] = ret
+			parts[n].ops = append(parts[n].ops, porcupine.Operation{ClientId: row, Input: inputOf(op), Call: op.Call,
+				Output: outputOf(op), Return: ret, Metadata: fmt.Sprintf("op %d, tenant %s, key %s", op.ID, op.Tenant, op.Key)})
+		}
 	}
 	return parts
 }

@@ -32,8 +32,9 @@ import (
 //	         database_unavailable)  anything may have happened: the request
 //	         may have taken the key, and may even have finished it (the
 //	         next client to see the answer fixes it)
-//	refused  (400 invalid_request, 401, 404, 413, 415, 429, another 422)
-//	         refused before the key was looked at: nothing changes
+//	refused  (400 invalid_request, 401, 404, 413, 415, 429, another 422,
+//	         a connection never made)  refused before the key was looked
+//	         at, or never sent: nothing changes
 //
 // No answer marked Idempotent-Replayed is anything but final. A request
 // whose answer was lost stays pending for the rest of the history
@@ -61,6 +62,8 @@ func (c class) String() string {
 // classify sorts an answer by the contract's table of idempotent requests.
 func classify(op *Op) class {
 	switch s := op.Status; {
+	case s == 0 && op.Unsent:
+		return classRefused
 	case s == 0:
 		return classUnknown
 	case s >= 200 && s < 300, s == http.StatusPaymentRequired:
@@ -135,6 +138,8 @@ func inputOf(op *Op) input {
 func outputOf(op *Op) output {
 	o := output{class: classify(op), replayed: op.Replayed, lost: !op.Answered()}
 	switch {
+	case op.Unsent:
+		o.desc = "never sent: " + op.Err
 	case !op.Answered():
 		o.desc = "no answer: " + op.Err
 	default:

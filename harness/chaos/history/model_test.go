@@ -27,6 +27,12 @@ func op(call, ret int64, body string, status int, code, answer string, replayed 
 	return o
 }
 
+// unsent makes o a request whose connection was refused.
+func unsent(o Op) Op {
+	o.Unsent, o.Err = true, "dial tcp 127.0.0.1:1: connect: connection refused"
+	return o
+}
+
 func TestModelAcceptsWhatTheContractAllows(t *testing.T) {
 	t.Parallel()
 	for name, ops := range map[string]h{
@@ -75,6 +81,7 @@ func TestModelRejectsWhatTheContractForbids(t *testing.T) {
 		"a 503 psp_unavailable after the final answer": {op(1, 2, charge, 201, "", created, false), op(3, 4, charge, 503, "psp_unavailable", "p", false)},
 		"a replay header on a 409":                     {op(1, 2, charge, 409, "idempotency_key_in_use", "p", true)},
 		"a lost answer does not excuse two answers":    {op(1, 0, charge, 0, "", "", false), op(2, 3, charge, 201, "", created, false), op(4, 5, charge, 201, "", another, true)},
+		"a request never sent holds no key":            {unsent(op(1, 0, other, 0, "", "", false)), op(3, 4, charge, 422, "idempotency_key_mismatch", "m", false)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -54,6 +55,9 @@ type Op struct {
 	Answer     string `json:"answer_sha256,omitempty"`
 	AnswerBody string `json:"answer_body,omitempty"`
 	Err        string `json:"error,omitempty"`
+	// Unsent: the connection was never made (refused, no route), so the
+	// request never reached a server and took no effect.
+	Unsent bool `json:"unsent,omitempty"`
 }
 
 // Answered says the request got a whole answer.
@@ -132,6 +136,8 @@ func (l *Log) end(i int, resp *http.Response, body []byte, err error) {
 	op := &l.ops[i]
 	if err != nil {
 		op.Err = err.Error()
+		var ne *net.OpError
+		op.Unsent = errors.As(err, &ne) && ne.Op == "dial"
 		return
 	}
 	op.Return = l.since()

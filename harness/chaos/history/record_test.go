@@ -64,8 +64,17 @@ func TestTransportRecordsWhatTheClientSaw(t *testing.T) {
 	require.Error(t, err, "the client sees the cut as it would without the recorder")
 	require.Equal(t, `{"id":`, got)
 
+	req, err := http.NewRequest(http.MethodPost, "http://"+closedAddr(t)+"/v1/charges", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", "k3")
+	_, err = hc.Do(req)
+	require.Error(t, err)
+
 	ops := log.Ops()
-	require.Len(t, ops, 3)
+	require.Len(t, ops, 4)
+	require.False(t, ops[2].Unsent, "the cut request was sent")
+	require.True(t, ops[3].Unsent, "a refused connection sent nothing: %s", ops[3].Err)
+	require.Equal(t, "key-"+digest(nil)[:8], ops[3].Tenant, "a request without a named key is recorded under a hash")
 	require.Equal(t, "chaos", ops[0].Tenant)
 	require.Equal(t, "k1", ops[0].Key, "the structured-field quotes are not part of the key")
 	require.Equal(t, `{"amount":1}`, ops[0].Body)
