@@ -79,14 +79,14 @@ fuzz:
 screenshots: pg-test chromium
 	$(GO) test -count=1 -run '^TestEveryPageRendersInABrowser$$' ./internal/console -args -screenshots=$(CURDIR)/docs/console
 
-## chaos: the long chaos run: 2,000 intents living whole payment lives (capture, refunds, void) and a webhook sink with its own faults, workers killed and frozen under PSP faults (final failures, lost answers after a 2s key TTL, failed lookups, outages), PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432); then 1,000 intents routed between three mock PSPs, each in turn down, refusing or dropping answers; each writes its JSON summary and, beside it, an HTML report of the faults and what the requests did on one time axis
+## chaos: the long chaos run: 2,000 intents living whole payment lives (capture, refunds, void) and a webhook sink with its own faults, workers killed and frozen under PSP faults (final failures, lost answers after a 2s key TTL, failed lookups, outages), PostgreSQL restarted 3 times (a throw-away cluster of its own, never the server on 5432); then 1,000 intents routed between three mock PSPs, each in turn down, refusing or dropping answers; each writes its JSON summary and, beside it, an HTML report of the faults and what the requests did on one time axis; every client request is recorded and checked key by key with Porcupine (written beside the summary as -history.jsonl.gz; a rejected key is a violation, drawn in -history.html)
 CHAOS_SEED ?= 1
 CHAOS_DB_RESTARTS ?= 3
 chaos: pg
 	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 2000 -db-restarts $(CHAOS_DB_RESTARTS) -json bench/results/chaos.json
 	$(GO) run ./harness/cmd/chaos -seed $(CHAOS_SEED) -intents 1000 -psps 3 -db-restarts 1 -json bench/results/chaos-routing.json
 
-## failover: the chaos workload on a throw-away pg_auto_failover formation (a monitor and two data nodes on free ports, never the server on 5432) whose primary fails 4 times under load (kill -9 and switchover in turn), once with synchronous replication (nothing may be lost) and once without (reports what it loses; fails on a double charge); writes bench/results/failover-sync.json and failover-async.json
+## failover: the chaos workload, routed between three mock PSPs, on a throw-away pg_auto_failover formation (a monitor and two data nodes on free ports, never the server on 5432) whose primary fails 4 times under load (kill -9 and switchover in turn; the route's first PSP down from each kill's promotion, so every breaker for it opens), once with synchronous replication (nothing may be lost; Porcupine must accept the client history) and once without (reports what it loses, its lost answers as rejected keys; fails on a double charge); both report whether at most one PSP holds an authorization per charge; writes bench/results/failover-sync.json and failover-async.json, an HTML report and the client history beside each
 FAILOVER_INTENTS ?= 1000
 failover: pg-auto-failover
 	$(GO) run ./harness/cmd/failover -seed $(CHAOS_SEED) -intents $(FAILOVER_INTENTS) -json bench/results/failover-sync.json

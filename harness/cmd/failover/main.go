@@ -15,6 +15,13 @@
 // both nodes): commits the standby had not received when the primary died
 // are lost at the promotion, and the run reports what that cost; it fails
 // only on a double charge, which derived object ids close.
+//
+// Both modes route between three mock PSPs (-psps) with the route's first
+// PSP down from each kill's promotion for a few seconds, so that every
+// breaker for it is open while the retries of what the kill lost arrive;
+// both record every client request and check it with Porcupine
+// (harness/chaos/history), and report whether at most one PSP holds an
+// authorization per charge, failing when one does not.
 package main
 
 import (
