@@ -172,6 +172,7 @@ func (h *harness) startSampling(ctx context.Context) {
 	go func() {
 		defer close(h.sampled)
 		seen := map[string]int64{}
+		reported := map[string]bool{} // a key that went back once, reported once
 		// Every takeover bumps its key's lock_version: the sum over the
 		// keys of lock_version - 1 is the takeovers so far, and what it
 		// grew by since the last sample the takeovers since (a sample cut
@@ -179,7 +180,8 @@ func (h *harness) startSampling(ctx context.Context) {
 		var takeovers int64
 		for h.sampleCtx.Err() == nil {
 			for k, v := range sampleLockVersions(h.sampleCtx, h.st.pool) {
-				if prev, ok := seen[k]; ok && v < prev {
+				if prev, ok := seen[k]; ok && v < prev && !reported[k] {
+					reported[k] = true
 					h.monoMu.Lock()
 					h.monoFaults = append(h.monoFaults, fmt.Sprintf("key %s: lock_version went from %d to %d", k, prev, v))
 					h.monoMu.Unlock()
