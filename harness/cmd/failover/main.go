@@ -17,7 +17,7 @@
 // only on a double charge, which derived object ids close.
 //
 // Both modes route between three mock PSPs (-psps) with the route's first
-// PSP down from each kill's promotion for a few seconds, so that every
+// PSP down from each kill until 5 s after its promotion, so that every
 // breaker for it is open while the retries of what the kill lost arrive;
 // both record every client request and check it with Porcupine
 // (harness/chaos/history), and report whether at most one PSP holds an
@@ -71,7 +71,7 @@ func run(args []string, stdout io.Writer) int {
 	fs.DurationVar(&cfg.KeyTTL, "psp-key-ttl", 5*time.Minute, "how long the mock PSP remembers an idempotency key (longer than a failover: see docs/operations.md)")
 	fs.DurationVar(&cfg.RecoverWithin, "recover-within", 40*time.Second, "after each failure, every api must answer /readyz 200 and every reaper reconnect within this")
 	fs.DurationVar(&cfg.GiveUpAfter, "give-up-after", 60*time.Second, "GIVE_UP_AFTER of every process")
-	fs.IntVar(&cfg.PSPs, "psps", 3, "mock PSPs to route between (PSPS, PSP_ROUTING); above 1, the route's first PSP is also down from each kill's promotion for a few seconds, so every breaker for it opens while the retries of what the kill lost arrive")
+	fs.IntVar(&cfg.PSPs, "psps", 3, "mock PSPs to route between (PSPS, PSP_ROUTING); above 1, the route's first PSP is also down from each kill until 5 s after its promotion, so every breaker for it opens while the retries of what the kill lost arrive")
 	jsonPath := fs.String("json", "", "write the result as JSON to this file, the HTML report and the client history beside it")
 	binDir := fs.String("bin", "", "directory with api, reaper and mockpsp built with -tags chaos (default: build them)")
 	fs.Usage = func() {
