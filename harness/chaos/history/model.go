@@ -36,7 +36,12 @@ import (
 //	         a connection never made)  refused before the key was looked
 //	         at, or never sent: nothing changes
 //
-// No answer marked Idempotent-Replayed is anything but final. A request
+// No answer marked Idempotent-Replayed is anything but final, and a final
+// answer without it (the key's own execution) never answers a request sent
+// after another client already had the final answer: such a request finds
+// the key done, and is a replay. (A request sent before may answer without
+// it: fenced out by a takeover, it answers its successor's stored answer.)
+// A request
 // whose answer was lost stays pending for the rest of the history
 // (Return: the end): Porcupine may place its effect anywhere after its
 // invocation, or nowhere, which is all a client can know of it. The
@@ -92,6 +97,7 @@ func classify(op *Op) class {
 // input is an operation's request as the model sees it.
 type input struct {
 	fp   string // fingerprint: method, path and canonical body
+	call int64  // invocation time
 	desc string
 }
 
@@ -100,15 +106,18 @@ type output struct {
 	class    class
 	answer   string // status and body hash, for a final answer
 	replayed bool
-	lost     bool // no answer arrived
+	lost     bool  // no answer arrived
+	ret      int64 // return time, for an answer
 	desc     string
 }
 
-// state is one key's: the fingerprint of the request holding it, and its
-// final answer ("" for none).
+// state is one key's: the fingerprint of the request holding it, its final
+// answer ("" for none), and the earliest time a client had that answer (0
+// for none).
 type state struct {
 	holder string
 	final  string
+	seen   int64
 }
 
 // fingerprint is the request's identity as the contract defines it: method,
@@ -132,11 +141,11 @@ func fingerprint(op *Op) string {
 }
 
 func inputOf(op *Op) input {
-	return input{fp: fingerprint(op), desc: fmt.Sprintf("%s %s %s", op.Method, op.Path, op.Body)}
+	return input{fp: fingerprint(op), call: op.Call, desc: fmt.Sprintf("%s %s %s", op.Method, op.Path, op.Body)}
 }
 
 func outputOf(op *Op) output {
-	o := output{class: classify(op), replayed: op.Replayed, lost: !op.Answered()}
+	o := output{class: classify(op), replayed: op.Replayed, lost: !op.Answered(), ret: op.Return}
 	switch {
 	case op.Unsent:
 		o.desc = "never sent: " + op.Err
@@ -166,7 +175,14 @@ func step(s state, in input, out output) []state {
 		if !mine || (s.final != "" && s.final != out.answer) {
 			return nil
 		}
-		return []state{{holder: in.fp, final: out.answer}}
+		if !out.replayed && s.seen != 0 && s.seen < in.call {
+			return nil // sent after a client had the answer, yet not a replay
+		}
+		seen := out.ret
+		if s.seen != 0 {
+			seen = min(s.seen, out.ret)
+		}
+		return []state{{holder: in.fp, final: out.answer, seen: seen}}
 	case classPending:
 		if !mine || s.final != "" {
 			return nil

@@ -82,6 +82,7 @@ func TestModelRejectsWhatTheContractForbids(t *testing.T) {
 		"a replay header on a 409":                     {op(1, 2, charge, 409, "idempotency_key_in_use", "p", true)},
 		"a lost answer does not excuse two answers":    {op(1, 0, charge, 0, "", "", false), op(2, 3, charge, 201, "", created, false), op(4, 5, charge, 201, "", another, true)},
 		"a request never sent holds no key":            {unsent(op(1, 0, other, 0, "", "", false)), op(3, 4, charge, 422, "idempotency_key_mismatch", "m", false)},
+		"an answer run again after a client had it":    {op(1, 2, charge, 402, "card_declined", created, true), op(3, 4, charge, 402, "card_declined", created, false)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
