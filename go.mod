@@ -3,6 +3,7 @@ module github.com/phasepay/phasepay
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/chromedp/chromedp v0.23.1
 	github.com/exaring/otelpgx v0.13.0

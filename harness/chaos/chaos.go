@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/phasepay/phasepay/harness/chaos/history"
 	"github.com/phasepay/phasepay/harness/formation"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/phases"
@@ -150,6 +151,11 @@ type Config struct {
 	// before each kill (formation.KillOptions.Lag): the replication lag
 	// the crash meets. 0: none.
 	FailoverLag time.Duration
+	// HistoryFile, if set, is where the run writes every client request
+	// and its answer (gzipped JSON lines, harness/chaos/history) and,
+	// when Porcupine rejects some keys, its drawing of them beside it
+	// (VisualizationPath).
+	HistoryFile string
 }
 
 func (c *Config) defaults() {
@@ -239,6 +245,12 @@ type Summary struct {
 	// without a formation.
 	Failover *FailoverSummary `json:"failover,omitempty"`
 
+	// History is the independent checker's verdict on what the clients
+	// saw, and the PSPs' books (history.go); MismatchProbes the requests
+	// sent under a finished intent's key that must be refused 422.
+	History        *history.Verdict `json:"history,omitempty"`
+	MismatchProbes int              `json:"mismatch_probes"`
+
 	// Timeline is the run's faults and, per second, what the requests did
 	// (series.go), drawn by Report.
 	Timeline *RunTimeline `json:"timeline,omitempty"`
@@ -291,6 +303,7 @@ func (s *Summary) Table() string {
 	s.livesAndWebhooksRows(row)
 	s.routingRows(row)
 	s.failoverRows(row)
+	s.historyRows(row)
 	row("duration", s.Duration)
 	row("violations", len(s.Violations))
 	for _, v := range s.Violations {

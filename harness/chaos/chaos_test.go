@@ -89,6 +89,14 @@ func TestChaosShortRun(t *testing.T) {
 	require.Positive(t, sum.Kills+sum.Pauses)
 	require.Positive(t, sum.Takeovers)
 	require.Equal(t, 150, sum.Replays)
+	// The independent checker saw every request, and accepted each key's
+	// history; the probes under finished keys were among them.
+	require.NotNil(t, sum.History)
+	require.Equal(t, "accepted", sum.History.Verdict)
+	require.GreaterOrEqual(t, sum.History.Partitions, 150+sum.Lives.Lives)
+	require.Positive(t, sum.History.Lost, "no request lost its answer")
+	require.Equal(t, 150/20, sum.MismatchProbes)
+	require.True(t, sum.History.Books.Kept(), sum.History.Books.Line())
 	require.Equal(t, 1, sum.DBRestarts)
 	require.Zero(t, sum.UnplannedExits)
 	_, err = time.ParseDuration(sum.ReaperProbe)
@@ -148,13 +156,17 @@ func TestHarnessCatchesFreshPSPKeyDefect(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("\n%s", sum.Table())
 	require.NotEmpty(t, sum.Violations)
-	found := false
+	found, books := false, false
 	for _, v := range sum.Violations {
 		if strings.Contains(v, "authorized 2 times by the PSP") {
 			found = true
 		}
+		books = books || strings.HasPrefix(v, "history: PSP books: charge ch_")
 	}
 	require.True(t, found, "violations: %v", sum.Violations)
+	// The independent checker's reading of the books finds them too.
+	require.True(t, books, "violations: %v", sum.Violations)
+	require.False(t, sum.History.Books.Kept())
 }
 
 // The short run again, briefly, with a PgBouncer in transaction mode

@@ -50,6 +50,10 @@ type dbChaos struct {
 	maxRecovery time.Duration
 	violations  []string
 	failovers   []FailoverStat // with a formation (failover.go)
+
+	// primaryDown, with a formation and several PSPs, takes the route's
+	// first PSP down and returns what brings it back (failover.go).
+	primaryDown func(ctx context.Context) (restore func(until time.Time))
 }
 
 // run performs the restarts. The k-th of n waits until k/(n+1) of the

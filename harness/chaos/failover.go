@@ -165,16 +165,53 @@ func (p *writeProbe) writesBack(from, to time.Time) (time.Duration, bool) {
 	return 0, failed == nil
 }
 
+// breakerAcrossKill is how long the route's first PSP stays down after
+// the promotion that ends a kill: past every process's way back, and past
+// the breakers' cool-down, so that they are open while the retries arrive.
+const breakerAcrossKill = 5 * time.Second
+
+// primaryDown takes the route's first PSP down (503 to everything) from the
+// moment a kill's primary dies until restore's time. With asynchronous
+// replication the kill lost the claims, charges and attempts its last
+// second committed, some of them after the PSP authorized them. The calls
+// still in flight at the crash, and the first ones after the promotion,
+// fail at the first PSP and open every process's breaker for it; the lost
+// requests' retries then arrive as new requests. A retry that goes to the
+// next PSP authorizes the same charge a second time (a second PSP after a
+// lost claim), which the history's check of the books reports.
+func (s *pspSet) primaryDown(ctx context.Context) (restore func(until time.Time)) {
+	out := &pspOutages{pspURL: s.urls[0]}
+	down := faults{ErrorRate: 1, LookupErrorRate: 1, LatencyMS: s.cfg.LatencyMS}
+	if err := out.set(ctx, down); err != nil {
+		return func(time.Time) {}
+	}
+	ended := s.rec.Begin("psp_down", s.names[0], fmt.Sprintf("%s down from the kill until %s after the promotion: every breaker for it opens", s.names[0], breakerAcrossKill))
+	return func(until time.Time) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(until)):
+		}
+		_ = out.set(context.WithoutCancel(ctx), faults{ErrorRate: s.cfg.ErrorRate, DropRate: s.cfg.DropRate, RejectRate: s.cfg.RejectRate,
+			LookupErrorRate: s.cfg.LookupErrorRate, LatencyMS: s.cfg.LatencyMS})
+		ended()
+		s.mu.Lock()
+		s.stats.Stretches["down"]++
+		s.mu.Unlock()
+	}
+}
+
 // failover makes the k-th failure of the primary: odd ones kill -9, even
 // ones a switchover, each from a healthy formation (the node that failed
 // last has rejoined as a standby).
-func (d *dbChaos) failover(ctx context.Context, k int) (formation.Failover, error) {
+//
+// killed is called as soon as a kill's primary is dead.
+func (d *dbChaos) failover(ctx context.Context, k int, killed func()) (formation.Failover, error) {
 	f := d.cfg.Formation
 	if err := f.WaitHealthy(ctx); err != nil {
 		return formation.Failover{}, err
 	}
 	if k%2 == 1 {
-		return f.Kill(ctx, formation.KillOptions{Lag: d.cfg.FailoverLag})
+		return f.Kill(ctx, formation.KillOptions{Lag: d.cfg.FailoverLag, Killed: killed})
 	}
 	return f.Switchover(ctx)
 }
@@ -254,14 +291,25 @@ func (s *Summary) failoverRows(row func(string, any)) {
 // runFailover makes the k-th of n failovers and waits for every process
 // to be back, as run does after a restart.
 func (d *dbChaos) runFailover(ctx context.Context, k, n int, progress io.Writer) error {
-	fo, err := d.failover(ctx, k)
+	var restore func(until time.Time)
+	fo, err := d.failover(ctx, k, func() {
+		if d.primaryDown != nil {
+			restore = d.primaryDown(ctx)
+		}
+	})
 	if err != nil {
+		if restore != nil {
+			restore(time.Now())
+		}
 		return fmt.Errorf("failover %d: %w", k, err)
 	}
 	d.restarts.Add(1)
 	d.recovering.Store(true)
 	rec, notRecovered, last := d.awaitRecovery(ctx, fo.Started)
 	d.recovering.Store(false)
+	if restore != nil {
+		restore(fo.Promoted.Add(breakerAcrossKill))
+	}
 	// On the report's time axis: the primary's failure until the standby
 	// took writes, and every process's way back.
 	d.rec.Span("failover", fo.From, fmt.Sprintf("failover %d of %d (%s): %s → %s", k, n, fo.Kind, fo.From, fo.To), fo.Started, fo.Promoted)

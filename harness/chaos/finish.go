@@ -29,7 +29,7 @@ func (h *harness) settle(ctx context.Context) error {
 	h.stopSampling()
 	<-h.sampled
 	if h.st.cluster != nil || cfg.Formation != nil {
-		took, v, err := probeReapers(ctx, cfg, h.st.bin("api"), h.st.common, h.st.dbURL, h.st.apiKey, pool, h.transport)
+		took, v, err := probeReapers(ctx, cfg, h.st.bin("api"), h.st.common, h.st.dbURL, h.st.apiKey, pool, h.rt, h.history)
 		if err != nil {
 			return err
 		}
@@ -90,7 +90,7 @@ func (h *harness) collect() {
 // having exited only when the harness made it.
 func (h *harness) verify(ctx context.Context) error {
 	st, sum := h.st, h.sum
-	if err := verify(ctx, st.pool, st.pspURL, h.transport, st.apiKey, h.intents, sum, func() (string, error) {
+	if err := verify(ctx, st.pool, st.pspURL, h.rt, st.apiKey, h.intents, sum, func() (string, error) {
 		return procs.RunOnce(ctx, st.bin("api"), map[string]string{"DATABASE_URL": st.dbURL}, "requests", "list", "--state", "needs_attention", "--limit", "10000", "--json")
 	}); err != nil {
 		return err
@@ -103,7 +103,7 @@ func (h *harness) verify(ctx context.Context) error {
 		return err
 	}
 	sum.Lives.Attempts = h.ops.attempts.Load()
-	if err := verifyLives(ctx, st.pool, st.pspURL, h.transport, st.apiKey, h.intents, &sum.Lives, violate); err != nil {
+	if err := verifyLives(ctx, st.pool, st.pspURL, h.rt, st.apiKey, h.intents, &sum.Lives, violate); err != nil {
 		return err
 	}
 	if err := st.psps.verify(ctx, st.pool, st.processes(), sum, violate); err != nil {

@@ -24,6 +24,12 @@ func (h *harness) injectFaults(ctx context.Context) {
 		// reaper probe shows the reapers recovered (Config.Pooler).
 		h.db.reapers = nil
 	}
+	if st.psps != nil {
+		st.psps.rec = h.rec
+		if cfg.Formation != nil {
+			h.db.primaryDown = st.psps.primaryDown
+		}
+	}
 	h.dbDone = make(chan error, 1)
 	if st.cluster != nil || cfg.Formation != nil {
 		go func() { h.dbDone <- h.db.run(ctx, &h.finished, h.clientsDone, cfg.Progress) }()
@@ -35,10 +41,7 @@ func (h *harness) injectFaults(ctx context.Context) {
 	h.outages = &pspOutages{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x6f757467)), pspURL: st.pspURL, rec: h.rec}
 	h.outagesDone = make(chan error, 1)
 	go func() { h.outagesDone <- h.outages.run(ctx, h.clientsDone, cfg.Progress) }()
-	if st.psps != nil {
-		st.psps.rec = h.rec
-	}
-	st.psps.startStretches(ctx, h.clientsDone, cfg.Progress, h.transport, st.apiKey)
+	st.psps.startStretches(ctx, h.clientsDone, cfg.Progress, h.rt, st.apiKey)
 
 	h.chaosDone = make(chan struct{})
 	go h.control()

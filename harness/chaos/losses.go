@@ -43,6 +43,8 @@ func violationKind(v string) string {
 		{"key ", "lock_version went down"},
 		{"the replays", "replays called the PSP"},
 		{"failover ", "failover"},
+		{"history: Porcupine", "the client history is not linearizable (Porcupine)"},
+		{"history: PSP books", "a charge authorized at more than one PSP"},
 	} {
 		if strings.HasPrefix(v, k.prefix) {
 			return k.kind

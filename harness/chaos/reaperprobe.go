@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/client"
+	"github.com/phasepay/phasepay/harness/chaos/history"
 	"github.com/phasepay/phasepay/harness/procs"
 )
 
@@ -29,7 +30,7 @@ import (
 // and the violations it found; an error only when the probe itself could
 // not be set up.
 func probeReapers(ctx context.Context, cfg *Config, apiBin string, env map[string]string, dbURL, apiKey string,
-	pool *pgxpool.Pool, workers http.RoundTripper) (time.Duration, []string, error) {
+	pool *pgxpool.Pool, workers http.RoundTripper, log *history.Log) (time.Duration, []string, error) {
 	addr, err := procs.FreeAddr()
 	if err != nil {
 		return 0, nil, err
@@ -74,7 +75,7 @@ func probeReapers(ctx context.Context, cfg *Config, apiBin string, env map[strin
 		return resp, b, err
 	}
 	// The probe dies mid-request: no answer is the expected outcome.
-	if resp, b, err := post(http.DefaultTransport, "http://"+addr); err == nil {
+	if resp, b, err := post(log.Transport(http.DefaultTransport), "http://"+addr); err == nil {
 		return 0, []string{fmt.Sprintf("reaper probe: inconclusive, the probe api answered %d %q instead of crashing after the claim", resp.StatusCode, b)}, nil
 	}
 	select {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/harness/chaos"
+	"github.com/phasepay/phasepay/harness/chaos/history"
 )
 
 func ptr(v float64) *float64 { return &v }
@@ -70,4 +71,28 @@ func TestReportDrawsAnyFaultKindAndSeries(t *testing.T) {
 	require.Equal(t, 2, lines("latency p99"), "the second without a value breaks the line")
 	require.Contains(t, html, `href="http://127.0.0.1:8081/request?key=chaos-3-00001&amp;tenant=chaos"`)
 	require.Contains(t, html, `href="http://127.0.0.1:8081/charge?id=ch_abc123&amp;tenant=chaos"`)
+	require.Contains(t, html, `<p id="history">Not checked`)
+}
+
+// The checker's verdict in the report: a rejection links Porcupine's
+// drawing of the rejected keys, written beside the history, and the books
+// name a charge held at two PSPs.
+func TestReportLinksTheRejectedHistory(t *testing.T) {
+	t.Parallel()
+	sum := &chaos.Summary{Seed: 3, Intents: 2, Duration: "4s", History: &history.Verdict{
+		Verdict: history.Rejected, Checked: 9, Lost: 2, Partitions: 3, Rejected: 1, RejectedKeys: []string{"chaos/chaos-3-00001"},
+		CheckTime: "1ms", File: "chaos-history.jsonl.gz", Visualization: "chaos-history.html",
+		Books: &history.Books{PSPs: []string{"primary", "secondary"}, Charges: 2, MaxPerCharge: 2,
+			Over: []string{"ch_abc: primary auth_1, secondary auth_2"}},
+	}}
+	b, err := chaos.Report(sum, "http://127.0.0.1:8081/")
+	require.NoError(t, err)
+	html := string(b)
+	require.Contains(t, html, `<span class="verdict FAIL">rejected</span>`)
+	require.Contains(t, html, `<a href="chaos-history.html">chaos-history.html</a>; the first: chaos/chaos-3-00001`)
+	require.Contains(t, html, `<a href="chaos-history.jsonl.gz">`)
+	require.Contains(t, html, "NOT at most one PSP authorization per charge")
+	require.Contains(t, html, "ch_abc: primary auth_1, secondary auth_2")
+	require.Equal(t, "chaos-history.html", chaos.VisualizationPath("chaos-history.jsonl.gz"))
+	require.Equal(t, "bench/results/failover-async-history.jsonl.gz", chaos.HistoryPath("bench/results/failover-async.json"))
 }

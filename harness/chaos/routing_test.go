@@ -42,6 +42,9 @@ func TestChaosRoutingShortRun(t *testing.T) {
 	require.NotNil(t, sum.Routing)
 	require.Equal(t, 3, sum.Routing.PSPs)
 	require.LessOrEqual(t, sum.Routing.PSPsPerCharge, 1)
+	require.Equal(t, "accepted", sum.History.Verdict)
+	require.True(t, sum.History.Books.Kept(), sum.History.Books.Line())
+	require.Len(t, sum.History.Books.PSPs, 3)
 	require.Positive(t, sum.Routing.Failovers, "no charge failed over")
 	require.Positive(t, sum.Routing.BreakerOpenings, "no breaker opened")
 	require.Positive(t, sum.Routing.RoutedAround, "no new charge was routed around an open breaker")
@@ -77,4 +80,5 @@ func TestChaosRoutingCatchesFailoverOnUnknown(t *testing.T) {
 		}
 	}
 	require.True(t, found, "violations: %v", sum.Violations)
+	require.False(t, sum.History.Books.Kept(), "the checker's reading of the books missed it")
 }

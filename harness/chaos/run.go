@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/client"
+	"github.com/phasepay/phasepay/harness/chaos/history"
 	"github.com/phasepay/phasepay/harness/procs"
 )
 
@@ -24,6 +25,7 @@ type intent struct {
 	body   []byte // the final answer's body
 	err    error  // why there is no final answer
 	life   *life  // what follows an authorization (lives.go)
+	probe  bool   // a request of another endpoint follows under its key (history.go)
 }
 
 // harness is one run's load and its watchers over a started stack: what
@@ -49,16 +51,22 @@ type harness struct {
 	monoMu       sync.Mutex
 	monoFaults   []string
 
-	intents   []*intent
-	attempts  atomic.Int64
-	answersMu sync.Mutex
-	answers   map[string]int // failed attempts by status and problem code
+	intents        []*intent
+	attempts       atomic.Int64
+	mismatchProbes atomic.Int64
+	answersMu      sync.Mutex
+	answers        map[string]int // failed attempts by status and problem code
 	// answers5xx: when attempts (intents' and lives') were answered 5xx;
 	// probe: writes through the multi-host URL (both failover.go).
 	answers5xx answerLog
 	probe      writeProbe
 	transport  *procs.RotatingTransport
 	cl         *client.Client
+	// history records every client request sent through rt (the
+	// transport, recorded): the intents', the lives', the replays', the
+	// probes' (history.go).
+	history *history.Log
+	rt      http.RoundTripper
 
 	sink    *webhookSink
 	backlog *backlogSampler
@@ -110,6 +118,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	h.planIntents()
 	h.transport = procs.NewRotatingTransport(h.st.bases, &http.Transport{MaxIdleConnsPerHost: 64})
 	defer h.transport.CloseIdleConnections()
+	h.history = history.NewLog()
+	h.history.NameTenant(h.st.apiKey, ConsoleTenant)
+	h.rt = h.history.Transport(h.transport)
 	if err := h.newClient(); err != nil {
 		return nil, err
 	}
@@ -145,6 +156,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 	}
+	if err := h.checkHistory(ctx); err != nil {
+		return nil, err
+	}
 	h.sum.Duration = time.Since(h.start).Truncate(time.Millisecond).String()
 	h.sum.Timeline = h.rec.Timeline()
 	return h.sum, nil
@@ -158,6 +172,7 @@ func (h *harness) startSampling(ctx context.Context) {
 	go func() {
 		defer close(h.sampled)
 		seen := map[string]int64{}
+		reported := map[string]bool{} // a key that went back once, reported once
 		// Every takeover bumps its key's lock_version: the sum over the
 		// keys of lock_version - 1 is the takeovers so far, and what it
 		// grew by since the last sample the takeovers since (a sample cut
@@ -165,7 +180,8 @@ func (h *harness) startSampling(ctx context.Context) {
 		var takeovers int64
 		for h.sampleCtx.Err() == nil {
 			for k, v := range sampleLockVersions(h.sampleCtx, h.st.pool) {
-				if prev, ok := seen[k]; ok && v < prev {
+				if prev, ok := seen[k]; ok && v < prev && !reported[k] {
+					reported[k] = true
 					h.monoMu.Lock()
 					h.monoFaults = append(h.monoFaults, fmt.Sprintf("key %s: lock_version went from %d to %d", k, prev, v))
 					h.monoMu.Unlock()
@@ -198,7 +214,7 @@ func (h *harness) planIntents() {
 		h.intents[i] = &intent{in: client.Intent{
 			Key:    fmt.Sprintf("chaos-%d-%05d", cfg.Seed, i),
 			Params: client.ChargeParams{Amount: 100 + h.rnd.Int64N(100000), Currency: "usd", PaymentMethod: pm},
-		}}
+		}, probe: i%mismatchProbeEvery == mismatchProbeEvery-1}
 	}
 	planLives(cfg.Seed, h.intents)
 }
@@ -211,7 +227,7 @@ func (h *harness) newClient() error {
 	h.cl, err = client.New(client.Config{
 		BaseURL:        h.st.bases[0],
 		APIKey:         h.st.apiKey,
-		HTTPClient:     &http.Client{Transport: timed(h.transport, h.rec), Timeout: 5 * time.Second},
+		HTTPClient:     &http.Client{Transport: timed(h.rt, h.rec), Timeout: 5 * time.Second},
 		Journal:        client.NewMemoryJournal(),
 		MaxElapsed:     h.cfg.MaxElapsed,
 		InitialBackoff: 50 * time.Millisecond,
@@ -234,7 +250,7 @@ func (h *harness) newClient() error {
 // one, and samples the backlog while the run goes on.
 func (h *harness) subscribe(ctx context.Context) error {
 	var err error
-	if h.sum.Webhooks.Endpoint, err = h.sink.register(ctx, h.transport, h.st.apiKey); err != nil {
+	if h.sum.Webhooks.Endpoint, err = h.sink.register(ctx, h.rt, h.st.apiKey); err != nil {
 		return err
 	}
 	if err := h.st.pool.QueryRow(ctx, `SELECT id FROM tenants WHERE name = 'chaos'`).Scan(&h.sink.tenantID); err != nil {
@@ -242,13 +258,13 @@ func (h *harness) subscribe(ctx context.Context) error {
 	}
 	var fairCtx context.Context
 	fairCtx, h.stopFair = context.WithCancel(ctx)
-	if h.hanging, err = startHangingTenant(fairCtx, h.st, h.sink, h.transport); err != nil {
+	if h.hanging, err = startHangingTenant(fairCtx, h.st, h.sink, h.rt); err != nil {
 		return err
 	}
 	go h.sink.watchCommits(fairCtx, h.st.pool, h.sink.tenantID)
 	h.backlog = &backlogSampler{tenantID: h.sink.tenantID, rec: h.rec}
 	go h.backlog.run(h.sampleCtx, h.st.pool)
-	h.ops = newOpDriver(timed(h.transport, h.rec), h.st.apiKey, h.cfg)
+	h.ops = newOpDriver(timed(h.rt, h.rec), h.st.apiKey, h.cfg)
 	h.ops.onAnswer = h.answers5xx.add
 	return nil
 }
@@ -268,6 +284,7 @@ func (h *harness) driveIntents(ctx context.Context) {
 					h.rec.Count(chartIntents, "started", 1)
 					drive(ctx, h.cl, it)
 					h.rec.Count(chartIntents, "ended "+it.outcome(), 1)
+					h.probeMismatch(ctx, it)
 					h.ops.goLive(ctx, it, func() { h.finished.Add(1) })
 				}
 			})

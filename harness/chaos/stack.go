@@ -31,6 +31,9 @@ type stack struct {
 	mock   *procs.Process // the primary mock PSP
 	psps   *pspSet        // the PSPs after the primary (routing.go); nil with one
 	pspURL string         // where the run's checks read the PSP: the primary, or the view over all
+	// pspByName is every PSP's own URL by the name phasepay knows it by
+	// ("default" with one), for the history's check of the books.
+	pspByName map[string]string
 
 	// common is every api's and reaper's environment but its own address
 	// and database name.
@@ -210,6 +213,13 @@ func (s *stack) startPSPs(ctx context.Context) error {
 	}
 	s.onClose(s.psps.stop)
 	s.pspURL = s.psps.viewOr(pspURL)
+	s.pspByName = map[string]string{"default": pspURL}
+	if s.psps != nil {
+		s.pspByName = map[string]string{}
+		for i, name := range s.psps.names {
+			s.pspByName[name] = s.psps.urls[i]
+		}
+	}
 	return nil
 }
 

@@ -165,6 +165,9 @@ type KillOptions struct {
 	// instead loses nothing: the kernel keeps receiving into its socket
 	// buffer, and the receiver reads it all once it goes on.)
 	Lag time.Duration
+	// Killed, if set, is called as soon as the primary is killed, before
+	// the promotion: for a fault that must start with the crash.
+	Killed func()
 }
 
 // Kill makes the primary fail as a crashed machine would: kill -9 of its
@@ -216,6 +219,9 @@ func (f *Formation) Kill(ctx context.Context, opts KillOptions) (Failover, error
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	f.cfg.Log("formation: killed %s (kill -9 of its postmaster and keeper)", old.Name)
+	if opts.Killed != nil {
+		opts.Killed()
+	}
 	if err := f.awaitPromotion(ctx, standby, &fo); err != nil {
 		return fo, err
 	}

@@ -18,6 +18,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,7 @@ import (
 	"time"
 
 	"github.com/phasepay/phasepay/harness/chaos"
+	"github.com/phasepay/phasepay/harness/chaos/history"
 	"github.com/phasepay/phasepay/harness/faults"
 	"github.com/phasepay/phasepay/harness/procs"
 )
@@ -87,6 +89,8 @@ func run(args []string, stdout io.Writer) int {
 	htmlPath := fs.String("html", "", "write the HTML report to this file (default: beside -json)")
 	consoleURL := fs.String("console-url", "http://127.0.0.1:8081", "where the report's links of violations open the operator console (api console)")
 	render := fs.String("render", "", "run nothing: draw the HTML report of the summary in this JSON file (a run's -json) beside it, or to -html")
+	historyPath := fs.String("history", "", "write every client request and its answer to this file (gzipped JSON lines) and, if Porcupine rejects some keys, its drawing of them beside it (default: beside -json, its name ending -history.jsonl.gz)")
+	check := fs.String("check", "", "run nothing: check the client history in this file (a run's -history) with Porcupine, and draw the rejected keys beside it")
 	binDir := fs.String("bin", "", "directory with api, reaper and mockpsp built with -tags chaos (default: build them)")
 	fs.StringVar(&cfg.Defect, "defect", "", "run the workers with a deliberate defect, to see the harness fail: "+faults.DefectFreshPSPKey+" or "+faults.DefectFailoverOnUnknown)
 	fs.Usage = func() {
@@ -119,6 +123,9 @@ func run(args []string, stdout io.Writer) int {
 	}
 	cfg.Progress = os.Stderr
 
+	if *check != "" {
+		return checkHistory(*check, stdout)
+	}
 	if *render != "" {
 		b, err := os.ReadFile(*render)
 		var sum chaos.Summary
@@ -147,6 +154,7 @@ func run(args []string, stdout io.Writer) int {
 	defer cleanup()
 	*binDir = dir
 	cfg.BinDir = *binDir
+	cfg.HistoryFile = cmp.Or(*historyPath, chaos.HistoryPath(*jsonPath))
 
 	sum, err := chaos.Run(ctx, cfg)
 	if err != nil {
@@ -195,6 +203,37 @@ func writeReport(sum *chaos.Summary, path, consoleURL string) error {
 	}
 	fmt.Fprintln(os.Stderr, "chaos: report written to", path)
 	return nil
+}
+
+// checkHistory checks a recorded history again, offline: exit 0 when
+// Porcupine accepts it, 1 when it rejects it (the drawing written beside
+// it) or cannot be read.
+func checkHistory(path string, stdout io.Writer) int {
+	ops, _, err := history.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		return 1
+	}
+	v, draw := history.Check(ops, 0)
+	fmt.Fprintf(stdout, "history %s: %s, %d requests with a key (%d without an answer) in %d keys, %d rejected, checked in %s\n",
+		path, v.Verdict, v.Checked, v.Lost, v.Partitions, v.Rejected, v.CheckTime)
+	for _, k := range v.RejectedKeys {
+		fmt.Fprintln(stdout, "rejected:", k)
+	}
+	if draw == nil {
+		return 0
+	}
+	html := chaos.VisualizationPath(path)
+	f, err := os.Create(html)
+	if err == nil {
+		err = errors.Join(draw(f), f.Close())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		return 1
+	}
+	fmt.Fprintln(os.Stderr, "chaos: the rejected keys drawn in", html)
+	return 1
 }
 
 func envOr(k, def string) string {

@@ -15,6 +15,13 @@
 // both nodes): commits the standby had not received when the primary died
 // are lost at the promotion, and the run reports what that cost; it fails
 // only on a double charge, which derived object ids close.
+//
+// Both modes route between three mock PSPs (-psps) with the route's first
+// PSP down from each kill until 5 s after its promotion, so that every
+// breaker for it is open while the retries of what the kill lost arrive;
+// both record every client request and check it with Porcupine
+// (harness/chaos/history), and report whether at most one PSP holds an
+// authorization per charge, failing when one does not.
 package main
 
 import (
@@ -27,6 +34,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -63,7 +71,8 @@ func run(args []string, stdout io.Writer) int {
 	fs.DurationVar(&cfg.KeyTTL, "psp-key-ttl", 5*time.Minute, "how long the mock PSP remembers an idempotency key (longer than a failover: see docs/operations.md)")
 	fs.DurationVar(&cfg.RecoverWithin, "recover-within", 40*time.Second, "after each failure, every api must answer /readyz 200 and every reaper reconnect within this")
 	fs.DurationVar(&cfg.GiveUpAfter, "give-up-after", 60*time.Second, "GIVE_UP_AFTER of every process")
-	jsonPath := fs.String("json", "", "write the result as JSON to this file")
+	fs.IntVar(&cfg.PSPs, "psps", 3, "mock PSPs to route between (PSPS, PSP_ROUTING); above 1, the route's first PSP is also down from each kill until 5 s after its promotion, so every breaker for it opens while the retries of what the kill lost arrive")
+	jsonPath := fs.String("json", "", "write the result as JSON to this file, the HTML report and the client history beside it")
 	binDir := fs.String("bin", "", "directory with api, reaper and mockpsp built with -tags chaos (default: build them)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: failover [flags]\n\nRuns the chaos workload on a throw-away pg_auto_failover formation whose primary\nfails during the load (kill -9 and switchover in turn), then checks every intent\nfor exactly-once and reports, per failover, the seconds until writes succeed\nagain and the requests answered 503. Exit status: 0 no violation, 1 a violation\nor an error, 2 usage.\n\nFlags:\n")
@@ -115,6 +124,7 @@ func run(args []string, stdout io.Writer) int {
 	}
 	fmt.Fprintf(os.Stderr, "formation up in %s: %s, synchronous_standby_names = %q\n", time.Since(started).Truncate(time.Millisecond), f.URL(), names)
 	cfg.Formation = f
+	cfg.HistoryFile = chaos.HistoryPath(*jsonPath)
 
 	sum, err := chaos.Run(ctx, cfg)
 	if err != nil {
@@ -134,6 +144,16 @@ func run(args []string, stdout io.Writer) int {
 			fmt.Fprintln(os.Stderr, "failover: write result:", err)
 			return 1
 		}
+		html := strings.TrimSuffix(*jsonPath, filepath.Ext(*jsonPath)) + ".html"
+		report, err := chaos.Report(sum, "http://127.0.0.1:8081")
+		if err == nil {
+			err = os.WriteFile(html, report, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "failover: write report:", err)
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "failover: report written to", html)
 	}
 	return verdict(sum, *async, stdout)
 }
@@ -143,7 +163,15 @@ func run(args []string, stdout io.Writer) int {
 // had not received, and the run reports it (Losses); it fails only on a
 // loss the design closes: an intent authorized twice because its retry
 // made a second charge (docs/pitfalls.md, "A claim lost in a failover").
+//
+// Both modes print the independent checker's verdict on the clients'
+// history (Porcupine) and what the PSPs' books hold; a charge authorized
+// at more than one PSP fails either.
 func verdict(sum *chaos.Summary, async bool, stdout io.Writer) int {
+	h := sum.History
+	fmt.Fprintf(stdout, "client history (Porcupine): %s, %d of %d keys rejected (%d requests, %d without an answer), checked in %s\n",
+		h.Verdict, h.Rejected, h.Partitions, h.Checked, h.Lost, h.CheckTime)
+	fmt.Fprintf(stdout, "PSP books: %s\n", h.Books.Line())
 	if !async {
 		if len(sum.Violations) > 0 {
 			return 1
@@ -153,7 +181,7 @@ func verdict(sum *chaos.Summary, async bool, stdout io.Writer) int {
 	l := sum.Failover.Losses
 	fmt.Fprintf(stdout, "asynchronous replication lost: %d violations, %d PSP authorizations of charges lost with the old primary (%d double charges, %d orphans)\n",
 		len(sum.Violations), l.UnknownAuthorizations, l.DoubleCharges, l.Orphans)
-	if l.DoubleCharges > 0 {
+	if l.DoubleCharges > 0 || !h.Books.Kept() {
 		return 1
 	}
 	return 0
