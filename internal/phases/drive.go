@@ -161,18 +161,19 @@ func commitTx[S any](ctx context.Context, e *Engine, op *registered[S], run *Run
 	}
 }
 
-// objectIDAttempts bounds the incarnations of one key and request whose
+// ObjectIDAttempts bounds the incarnations of one key and request whose
 // derived object ids are tried (ErrObjectIDTaken): the same key and body
 // claimed again after retention, over and over, makes each new claim try
 // every id before its own, one exchange each. Past the bound, the last try
 // asks for an id that is not derived (incarnation -1, a random one): such a
 // key is no longer protected from a claim lost in a failover
-// (docs/pitfalls.md).
-const objectIDAttempts = 8
+// (docs/pitfalls.md). Operation.ObjectID is called with incarnations 0 to
+// ObjectIDAttempts-1, and -1.
+const ObjectIDAttempts = 8
 
 // incarnation is what the n-th try passes to Operation.ObjectID.
 func incarnation(n int) int {
-	if n < objectIDAttempts {
+	if n < ObjectIDAttempts {
 		return n
 	}
 	return -1
@@ -181,7 +182,7 @@ func incarnation(n int) int {
 // objectIDTaken reports whether the n-th try failed on ErrObjectIDTaken
 // and another is due.
 func objectIDTaken(err error, n int) bool {
-	return errors.Is(err, ErrObjectIDTaken) && n < objectIDAttempts
+	return errors.Is(err, ErrObjectIDTaken) && n < ObjectIDAttempts
 }
 
 // commitOnce is one try of commitTx.
