@@ -98,6 +98,9 @@ type Reaper struct {
 	m    instruments
 
 	maintenance *maintenance.Service[*MaintenanceResult]
+	// background: releases of batch takeovers whose answer was lost
+	// (releaseLost).
+	background sync.WaitGroup
 }
 
 // Resumer drives a taken-over key to done through the operation its
@@ -164,6 +167,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 		return err
 	}
 	defer r.maintenance.Stop()
+	defer r.Wait()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -256,6 +260,9 @@ func (r *Reaper) complete(ctx context.Context, res *PassResult) error {
 		for range n - len(leases) {
 			free <- struct{}{}
 		}
+		if lost, ok := errors.AsType[*idempotency.LostTakeoverError](err); ok {
+			r.releaseLost(lost)
+		}
 		if err != nil {
 			return err
 		}
@@ -271,6 +278,30 @@ func (r *Reaper) complete(ctx context.Context, res *PassResult) error {
 		}
 	}
 }
+
+// releaseLost gives up, in the background, the leases of a batch takeover
+// whose answer was lost: it may have committed, holding keys this reaper
+// does not drive, which every retry and every other reaper would otherwise
+// wait out for a whole lease. The release waits for the database to answer
+// and matches the batch's token, so it never ends a later holder's lease;
+// it stops once those leases would have run out by themselves.
+func (r *Reaper) releaseLost(lost *idempotency.LostTakeoverError) {
+	r.background.Go(func() {
+		switch err := idempotency.RetryUnlock(lost.Deadline(), func(ctx context.Context) error { return lost.Release(ctx, r.pool) }); {
+		case err == nil:
+			r.log.Info("released the keys of a takeover whose answer was lost", "cause", lost.Err.Error())
+		case errors.Is(err, idempotency.ErrLeaseLost):
+		default:
+			r.log.Warn("could not release the keys of a takeover whose answer was lost; their leases run out by themselves",
+				"error", err.Error())
+		}
+	})
+}
+
+// Wait waits until the leases being released in the background
+// (releaseLost) are released or given up; Run waits for them before it
+// returns, tests after RunOnce.
+func (r *Reaper) Wait() { r.background.Wait() }
 
 // driveOne resumes one taken-over key and counts the outcome in res. The
 // takeover and the completion are logged at INFO, each with the tenant,
