@@ -19,28 +19,46 @@ import (
 // was taken over), drive answers only with what the key stores: the new
 // holder's response once it is done, else ErrInProgress. It never answers
 // from its own rolled-back work.
+//
+// A run never returns holding its lease. It ends released on the retry
+// schedule (a busy or unknown outcome), released once the database answers
+// (the database failed under it), or released counting an attempt for any
+// other failure: a deterministic error (an arrow's own, a zero Transition,
+// a statement the database refuses, a row that does not decode) that would
+// otherwise leave the key to be taken over at every lease's end, its
+// foreign call made again each time, for ever. Counted, its attempts
+// follow the schedule and GIVE_UP_AFTER hands the key to an operator, who
+// reads the error in last_error_detail (docs/pitfalls.md, "A request that
+// loops for ever"). Only a test's crash (CrashHook) stops a run where it
+// stands, as if its process died.
 func drive[S any](ctx context.Context, e *Engine, op *registered[S], run *Run[S], point idempotency.RecoveryPoint) (idempotency.Response, error) {
 	lease := run.Lease
 	for point != idempotency.PointDone {
-		at, ok := after(op.steps, point)
-		if !ok {
-			return idempotency.Response{}, fmt.Errorf("resume %q: unknown recovery point %q", lease.Record.Key, point)
+		var err error
+		if at, ok := after(op.steps, point); ok {
+			err = advance(ctx, e, op, run, at, &point)
+		} else {
+			err = fmt.Errorf("resume %q: unknown recovery point %q", lease.Record.Key, point)
 		}
-		err := advance(ctx, e, op, run, at, &point)
 		switch {
+		case err == nil:
 		case errors.Is(err, idempotency.ErrLeaseLost):
 			return e.afterLeaseLost(ctx, lease)
 		case errors.As(err, new(released)):
 			return idempotency.Response{}, err.(released).err
-		case err != nil && dbstate.Unavailable(err):
+		case errors.As(err, new(crashed)):
+			return idempotency.Response{}, err
+		case dbstate.Unavailable(err):
 			// The database went away mid-run (after the PSP answered,
 			// say): the key stays at its last committed recovery point,
 			// and is released once the database is back, so that the
 			// client's retry resumes it then, not a lease later.
 			e.releaseLater(lease, err)
 			return idempotency.Response{}, dbstate.Wrap(err)
-		case err != nil:
-			return idempotency.Response{}, err
+		default:
+			e.log.ErrorContext(ctx, "run failed; its attempt is counted and the key released", "key", lease.Record.Key,
+				"recovery_point", string(point), "error", err.Error())
+			return idempotency.Response{}, e.release(ctx, lease, cmp.Or(run.ObjectID, lease.Record.ObjectID), err, 0)
 		}
 	}
 	if run.done == nil {
