@@ -8,9 +8,9 @@
 //     the operation by the name the key's claim stored), so the client's next retry
 //     is a replay;
 //  2. maintenance, beside the passes (a maintenance.Service: one reaper at
-//     a time, under a transaction-scoped advisory lock, every
-//     MaintenanceInterval): creates partitions ahead and drops whole
-//     partitions past retention (partitions.go).
+//     a time, under an advisory lock held by the connection the chore runs
+//     on, every MaintenanceInterval): creates partitions ahead and drops
+//     whole partitions past retention (partitions.go).
 //
 // A key whose PSP is still failing is released again on its retry schedule;
 // it is never given up silently: every pass counts the unfinished keys (in
@@ -65,9 +65,10 @@ type Config struct {
 	// pending", and finished by a later run. Default 30s.
 	MaintenanceTimeout time.Duration
 	// Pooled says that pool goes through a transaction pooler
-	// (DATABASE_POOLER=transaction): maintenance then raises no session
-	// setting, and its statements run under the database's own timeouts
-	// (see maintainPartitions).
+	// (DATABASE_POOLER=transaction): maintenance then takes its lock in
+	// each of its transactions, raises no session setting, and its
+	// statements run under the database's own timeouts (see
+	// maintainPartitions).
 	Pooled bool
 	// BatchSize is the most keys one takeover statement claims; it never
 	// claims more than there are idle driving slots (Parallelism), so no
@@ -144,6 +145,7 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, ops Resumer, cfg Config) (
 		Interval: cfg.MaintenanceInterval,
 		Timeout:  cfg.MaintenanceTimeout,
 		Logger:   cfg.Logger,
+		Pooled:   cfg.Pooled,
 	}, r.maintainPartitions)
 	if err != nil {
 		return nil, err
