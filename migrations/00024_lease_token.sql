@@ -3,21 +3,21 @@
 -- A token per lease: a random value the claim, and every takeover, draws
 -- before it sends its statement and writes with the lease it takes.
 --
--- A run whose claim or takeover answer is lost (the connection dropped
--- after the server committed it, a statement or lock timeout, a request
--- deadline) cannot know whether it holds the key, and gives the lease up
--- once the database answers, so that the client's retry is not kept
--- waiting for a whole lease (docs/pitfalls.md, "A claim whose answer was
--- lost", "A lost takeover answer holds the key"). That release must end
--- only a lease this very claim or takeover took. What it matched before
--- did not say so: the holder names a process, which all its requests share
--- (a duplicate of a running request, in the same process, whose claim was
--- cut, released the running request's lease mid-PSP-call), and is NULL
--- with TIMELINE=off (where the release then found nothing). Nothing
--- already unique per claim is known before its answer: created_at is the
--- database's clock, read back with the answer that was lost, and
--- trace_context is absent without tracing. Hence this column, matched by
--- the release alone; no other write reads it (lock_version fences them).
+-- A run whose claim or takeover answer is lost (the connection dropped after
+-- the server committed it, a statement or lock timeout, a request deadline)
+-- cannot know whether it holds the key, and gives the lease up once the
+-- database answers, so that the client's retry is not kept waiting for a
+-- whole lease (pitfall 78 "A claim whose answer was lost", pitfall 88 "A
+-- lost takeover answer that holds the key"). That release must end only a
+-- lease this very claim or takeover took. What it matched before did not say
+-- so: the holder names a process, which all its requests share (a duplicate
+-- of a running request, in the same process, whose claim was cut, released
+-- the running request's lease mid-PSP-call), and is NULL with TIMELINE=off
+-- (where the release then found nothing). Nothing already unique per claim
+-- is known before its answer: created_at is the database's clock, read back
+-- with the answer that was lost, and trace_context is absent without
+-- tracing. Hence this column, matched by the release alone; no other write
+-- reads it (lock_version fences them).
 --
 -- ADD COLUMN without a default is a catalog change: no rewrite, no scan,
 -- and the day partitions get the column with their parent (those created

@@ -80,7 +80,7 @@ func (s singleRoute) LookupAt(ctx context.Context, _, ref string) ([]psp.Authori
 // attempt's key, and only the same PSP under the same key answers the
 // retry with its first answer. A PSP chosen by this process's breakers
 // would be a second PSP, whose authorization no lookup of ours precedes
-// (docs/pitfalls.md, "A second PSP after a lost claim"). A random id
+// (pitfall 85 "A second PSP after a lost claim"). A random id
 // (ids.derive's last resort) repeats nothing: its charge is steered by the
 // breakers.
 func pinned(ids *objectIDs, run *phases.Run[*Charge], id string) bool {

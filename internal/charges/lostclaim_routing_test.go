@@ -56,14 +56,15 @@ func (w *routedWorld) openBreaker(t *testing.T, router *routing.Router, name str
 
 // A claim lost in a failover (asynchronous replication) after the PSP
 // authorized its charge: the client's retry derives the same charge id
-// (pitfall 70), but chose its PSP afresh, by the breakers of the process
-// it reached. A process whose breaker for the first PSP was open sent the
-// "new" charge to the second, which authorized the same intent again; a
-// process that failed a refused charge over past an open breaker made it
-// the third. The first attempt of a charge whose id is derived goes to its
-// route's first PSP, and a refused one moves in the route's order,
-// whatever a breaker says: the retry lands where the lost claim went,
-// under the same PSP key, and the PSP answers it with its first answer.
+// (pitfall 70 "A claim lost in a failover"), but chose its PSP afresh, by
+// the breakers of the process it reached. A process whose breaker for the
+// first PSP was open sent the "new" charge to the second, which authorized
+// the same intent again; a process that failed a refused charge over past
+// an open breaker made it the third, its retry the second. The first
+// attempt of a charge whose id is derived goes to its route's first PSP,
+// and a refused one moves in the route's order, whatever a breaker says:
+// the retry lands where the lost claim went, under the same PSP key, and
+// the PSP answers it with its first answer.
 func TestLostClaimIsNotRetriedAtAnotherPSP(t *testing.T) {
 	t.Parallel()
 	t.Run("first attempt", func(t *testing.T) {

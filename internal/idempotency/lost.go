@@ -10,17 +10,18 @@ import (
 	"github.com/phasepay/phasepay/internal/dbstate"
 )
 
-// Leases whose answer was lost: a claim or a takeover whose statement was
-// sent and whose answer never came back (the connection dropped after the
-// server committed it, a statement or lock timeout, a request deadline).
-// Its sender cannot know whether it holds the key. If it does, nothing runs
-// the key, and every retry of the client would get 409 until the lease ran
-// out. So the sender gives the lease up once the database answers again,
-// without counting an attempt (unlockSQL's reasons), matching the token it
-// drew before sending and wrote with the lease (lease_token,
-// migrations/00024). Only that very claim or takeover wrote it: the release
-// can end neither another request's lease (a duplicate in the same process,
-// whose holder name is the same) nor a later holder's.
+// Leases whose answer was lost (pitfall 86 "A release of a lease its claim
+// never took", pitfall 88 "A lost takeover answer that holds the key"): a
+// claim or a takeover whose statement was sent and whose answer never came
+// back (the connection dropped after the server committed it, a statement or
+// lock timeout, a request deadline). Its sender cannot know whether it holds
+// the key. If it does, nothing runs the key, and every retry of the client
+// would get 409 until the lease ran out. So the sender gives the lease up
+// once the database answers again, without counting an attempt (unlockSQL's
+// reasons), matching the token it drew before sending and wrote with the
+// lease (lease_token, migrations/00024). Only that very claim or takeover
+// wrote it: the release can end neither another request's lease (a duplicate
+// in the same process, whose holder name is the same) nor a later holder's.
 
 // newLeaseToken draws a lease token: a random UUID (version 4), in the
 // text form the statements cast to uuid (text travels in every exec mode,

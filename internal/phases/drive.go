@@ -28,8 +28,8 @@ import (
 // otherwise leave the key to be taken over at every lease's end, its
 // foreign call made again each time, for ever. Counted, its attempts
 // follow the schedule and GIVE_UP_AFTER hands the key to an operator, who
-// reads the error in last_error_detail (docs/pitfalls.md, "A request that
-// loops for ever"). Only a test's crash (CrashHook) stops a run where it
+// reads the error in last_error_detail (pitfall 87 "A request that loops
+// for ever"). Only a test's crash (CrashHook) stops a run where it
 // stands, as if its process died.
 func drive[S any](ctx context.Context, e *Engine, op *registered[S], run *Run[S], point idempotency.RecoveryPoint) (idempotency.Response, error) {
 	lease := run.Lease
