@@ -27,3 +27,7 @@ var ClaimFuncSQLForTest = claimFuncSQL
 func LostTakeoverForTest(s *Store, rec Record) *LostTakeoverError {
 	return s.lostTakeover(errors.New("answer lost"), newLeaseToken(), time.Now(), &rec).(*LostTakeoverError)
 }
+
+// UnlockBatchSQLForTest is the release of a lost batch takeover, for the
+// plan test.
+var UnlockBatchSQLForTest = unlockBatchSQL

@@ -103,18 +103,22 @@ UPDATE idempotency_keys k
 
 // unlockBatchSQL gives up every lease a batch takeover (TakeOverExpired)
 // whose answer was lost took: the started keys still leased with its
-// token. It reads only the started keys whose lease is valid, the keys in
-// flight, through the partial index idempotency_keys_started
-// (migrations/00015). A takeover by a process too old to write tokens
-// leaves the token in place; the batch's release stops trying when its
-// lease would have run out anyway (LostTakeoverError.Deadline), before
-// anyone else may take the keys over.
+// token. A key the batch took became due at the batch's lease end, within
+// a lease from now ($3): the range of the partial index
+// idempotency_keys_due (dueAtExpr, spelled alike) that holds the keys in
+// flight and those due within a lease, never the finished ones, nor a
+// backlog waiting for later attempts. A takeover by a process too old to
+// write tokens leaves the token in place; the batch's release stops trying
+// when its lease would have run out anyway (LostTakeoverError.Deadline),
+// before anyone else may take the keys over.
 var unlockBatchSQL = `
 UPDATE idempotency_keys k
    SET locked_until = NULL,
        holder = NULL,
        timeline = ` + releasedUnavailable("$2") + `
  WHERE k.state = 'started'
+   AND ` + dueAtExpr + ` > phasepay_now()
+   AND ` + dueAtExpr + ` <= phasepay_now() + $3 * interval '1 microsecond'
    AND k.locked_until > phasepay_now()
    AND k.lease_token = $1::uuid`
 
@@ -154,7 +158,7 @@ func (e *LostTakeoverError) Release(ctx context.Context, q DBTX) error {
 		err, n = xerr, tag.RowsAffected()
 	} else {
 		what = "the keys of a batch"
-		tag, xerr := q.Exec(ctx, unlockBatchSQL, e.token, e.store.holderColumn())
+		tag, xerr := q.Exec(ctx, unlockBatchSQL, e.token, e.store.holderColumn(), e.store.cfg.Lease.Microseconds())
 		err, n = xerr, tag.RowsAffected()
 	}
 	switch {

@@ -56,8 +56,8 @@ func drive[S any](ctx context.Context, e *Engine, op *registered[S], run *Run[S]
 			e.releaseLater(lease, err)
 			return idempotency.Response{}, dbstate.Wrap(err)
 		default:
-			e.log.ErrorContext(ctx, "run failed; its attempt is counted and the key released", "key", lease.Record.Key,
-				"recovery_point", string(point), "error", err.Error())
+			// Ours to fix: the attempt is counted, its error kept in
+			// last_error_detail, and whoever drove the key logs it.
 			return idempotency.Response{}, e.release(ctx, lease, cmp.Or(run.ObjectID, lease.Record.ObjectID), err, 0)
 		}
 	}
