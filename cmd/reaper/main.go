@@ -312,6 +312,7 @@ func (m *Main) Run(ctx context.Context) error {
 		RetryMax:     m.Config.RetryMax,
 		Retention:    m.Config.EventsRetention,
 		AllowPrivate: m.Config.WebhookAllowPrivate,
+		Pooled:       db.Pooler == dbpool.PoolerTransaction,
 		Listen:       listenConnect(db.Direct()),
 		Meter:        tel.Meter.Meter("github.com/phasepay/phasepay/internal/webhooks"),
 		Logger:       m.Logger,

@@ -45,7 +45,10 @@ type RoutingStats struct {
 	// Failovers: charges moved to a next PSP after a refusal.
 	Failovers int `json:"failovers"`
 	// RoutedAround: charges that started past the first PSP of their
-	// route, whose breaker was open.
+	// route. Every charge of the run has a derived id, which must start at
+	// its route's first PSP whatever a breaker says (a retry of a claim
+	// lost in a failover must find the PSP the claim went to): each is a
+	// violation.
 	RoutedAround int `json:"routed_around_open_breaker"`
 	// BreakerOpenings: breakers opened, over every api and reaper process.
 	BreakerOpenings int `json:"breaker_openings"`
@@ -239,14 +242,14 @@ func (s *pspSet) startStretches(ctx context.Context, clientsDone <-chan struct{}
 			if first && len(targets) == len(s.urls) {
 				// The first stretch takes the route's first PSP down, so
 				// that every run sees breakers open and new charges start
-				// elsewhere.
+				// at that PSP all the same.
 				i, pick = 0, 0
 			}
 			first = false
 			switch pick {
 			case 0:
-				// Half the outages at the first PSP of the route, where
-				// the breakers send new charges elsewhere.
+				// Half the outages at the first PSP of the route, whose
+				// open breakers must not send new charges elsewhere.
 				if rnd.IntN(2) == 0 && len(targets) == len(s.urls) {
 					i = 0
 				}
@@ -271,7 +274,7 @@ func (s *pspSet) startStretches(ctx context.Context, clientsDone <-chan struct{}
 				// (an unknown outcome never moves a charge), so none of
 				// them is new: once the breakers had time to open, a few
 				// charges of the harness's own are new ones, which must
-				// start at the next PSP.
+				// still start at the primary (their ids are derived).
 				s.newCharges(ctx, rt, apiKey, length)
 			}
 			select {
@@ -404,6 +407,7 @@ func (s *pspSet) verify(ctx context.Context, pool *pgxpool.Pool, ps []*procs.Pro
 		}
 		if len(at) > 0 && at[0] != s.names[0] {
 			st.RoutedAround++
+			violate("charge %s: started at %s, not at its route's first PSP %s", id, at[0], s.names[0])
 		}
 	}
 	sum.Routing = &st
@@ -433,7 +437,8 @@ func (s *Summary) routingRows(row func(string, any)) {
 // newCharges posts a few new charges while the primary is down, through
 // the workers in turn, after the breakers had half the stretch to open. Their
 // ends are checked like every charge's (one PSP at most, the charge
-// records it), not their answers: a worker may be killed under them.
+// records it, it started at the primary), not their answers: a worker may
+// be killed under them.
 func (s *pspSet) newCharges(ctx context.Context, rt http.RoundTripper, apiKey string, within time.Duration) {
 	select {
 	case <-ctx.Done():

@@ -69,14 +69,14 @@ func authorizeOperation(a Authorizer, routes Routes, ids *objectIDs) *phases.Ope
 		},
 		// tx 1: the claim and the pending charge.
 		WithClaim: []phases.Arrow[*Charge]{
-			{To: PointChargeCreated, Commit: createCharge(routes)},
+			{To: PointChargeCreated, Commit: createCharge(routes, ids)},
 		},
 		// tx 2, after the PSP's answer: the answer on the charge, and the
 		// response stored.
 		Steps: []phases.Step[*Charge]{{
 			Call: authorizeCall(a, routes),
 			Arrows: []phases.Arrow[*Charge]{
-				{To: PointPSPAuthorized, Commit: recordAuthorization(routes)},
+				{To: PointPSPAuthorized, Commit: recordAuthorization(routes, ids)},
 				{To: idempotency.PointDone, Commit: func(_ context.Context, _ *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
 					return phases.Respond(response(run.Object)), nil
 				}},
@@ -86,16 +86,18 @@ func authorizeOperation(a Authorizer, routes Routes, ids *objectIDs) *phases.Ope
 }
 
 // createCharge is start → charge_created: a pending charge row, with the id
-// the claim recorded on the key, at the PSP its route starts at (the first
-// whose breaker lets new charges in), and its first attempt there,
-// recorded before anything is sent.
-func createCharge(routes Routes) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Transition, error) {
+// the claim recorded on the key, at the PSP its route starts at, and its
+// first attempt there, recorded before anything is sent. That PSP is the
+// route's first for a charge whose id is derived (pinned: a retry of a
+// claim lost in a failover must find the PSP the claim went to), else the
+// first whose breaker lets new charges in.
+func createCharge(routes Routes, ids *objectIDs) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Transition, error) {
 	return func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
 		params, err := requestParams(run.Request())
 		if err != nil {
 			return phases.Transition{}, fmt.Errorf("key %q: stored request: %w", run.Lease.Record.Key, err)
 		}
-		at := routes.Choose(params.Currency)
+		at := routes.Choose(params.Currency, !routes.Single() && pinned(ids, run, run.ObjectID))
 		run.Object = insertCharge(tx, run.Lease.Record.ID(), run.ObjectID, at, attemptKey(run.ObjectID, 1, routes.Single()), params)
 		return phases.Next(), nil
 	}
@@ -154,7 +156,7 @@ func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Ru
 // there, Fresh. Only a refusal moves a charge: the PSP answered that it
 // did nothing. A decline is the customer's answer, final everywhere; an
 // unknown outcome never reaches this arrow (the engine releases the run).
-func recordAuthorization(routes Routes) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Transition, error) {
+func recordAuthorization(routes Routes, ids *objectIDs) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Transition, error) {
 	return func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
 		c, out := run.Object, run.Outcome
 		cur := c.current()
@@ -171,7 +173,7 @@ func recordAuthorization(routes Routes) func(context.Context, *phases.Tx, *phase
 			renewKey(tx, c)
 			return phases.Again(), nil
 		default: // refused: nothing was done at the PSP, and never will be
-			if failedOver(tx, run, routes) {
+			if failedOver(tx, run, routes, ids) {
 				return phases.Again(), nil
 			}
 			reason := cmp.Or(out.Reason, "refused by the payment service provider")

@@ -10,3 +10,7 @@ const (
 	CurrencyPattern       = currencyPattern
 	PaymentMethodPattern  = paymentMethodPattern
 )
+
+// RandomIDs makes s give new charges and refunds random ids, as a claim
+// past phases.ObjectIDAttempts incarnations does.
+func RandomIDs(s *Service) { s.ids.random.Store(true) }

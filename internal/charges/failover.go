@@ -47,11 +47,13 @@ type Routes interface {
 	// Single reports the single-PSP mode, where the authorization's key
 	// stays <charge>:authorize.
 	Single() bool
-	// Choose names the PSP a new charge in currency starts at.
-	Choose(currency string) string
+	// Choose names the PSP a new charge in currency starts at; a pinned
+	// charge (see pinned) at its route's first, whatever a breaker says.
+	Choose(currency string, pinned bool) string
 	// Next names the PSP a refused charge moves to, none of tried; false
-	// when there is none left.
-	Next(currency string, tried []string) (string, bool)
+	// when there is none left. A pinned charge moves in its route's order,
+	// whatever a breaker says.
+	Next(currency string, tried []string, pinned bool) (string, bool)
 	// LookupAt looks reference up at the PSP name.
 	LookupAt(ctx context.Context, name, reference string) ([]psp.Authorization, error)
 	// CountFailover counts a charge moved from one PSP to another.
@@ -64,12 +66,28 @@ const DefaultPSP = "default"
 // singleRoute is a plain Authorizer as Routes: one PSP, no failover.
 type singleRoute struct{ a Authorizer }
 
-func (singleRoute) Single() bool                         { return true }
-func (singleRoute) Choose(string) string                 { return DefaultPSP }
-func (singleRoute) Next(string, []string) (string, bool) { return "", false }
-func (singleRoute) CountFailover(string, string)         {}
+func (singleRoute) Single() bool                               { return true }
+func (singleRoute) Choose(string, bool) string                 { return DefaultPSP }
+func (singleRoute) Next(string, []string, bool) (string, bool) { return "", false }
+func (singleRoute) CountFailover(string, string)               {}
 func (s singleRoute) LookupAt(ctx context.Context, _, ref string) ([]psp.Authorization, error) {
 	return s.a.Lookup(ctx, ref)
+}
+
+// pinned reports whether the PSPs of run's charge must be a function of its
+// request alone: its route's first, then the route's order after each
+// refusal, whatever a breaker says. So it is for a charge whose id is
+// derived (ids.go), which a retry of a claim lost in a failover derives
+// again: that claim may have reached a PSP, under this very id and the
+// attempt's key, and only the same PSP under the same key answers the
+// retry with its first answer. A PSP chosen by this process's breakers
+// would be a second PSP, whose authorization no lookup of ours precedes
+// (pitfall 85 "A second PSP after a lost claim"). A random id
+// (ids.derive's last resort) repeats nothing: its charge is steered by the
+// breakers.
+func pinned(ids *objectIDs, run *phases.Run[*Charge], id string) bool {
+	rec := run.Lease.Record
+	return ids.derived(rec.TenantID, rec.Key, run.Request(), id)
 }
 
 // lookUpEarlier looks c up at every PSP attempted before the current one,
@@ -110,9 +128,9 @@ func lookUpEarlier(ctx context.Context, routes Routes, c *Charge) (psp.Outcome, 
 // records the refusal; the run then goes round the PSP call again from
 // charge_created (the caller answers phases.Again). False, with nothing
 // written, when no PSP is left: the refusal is the charge's answer.
-func failedOver(tx *phases.Tx, run *phases.Run[*Charge], routes Routes) bool {
+func failedOver(tx *phases.Tx, run *phases.Run[*Charge], routes Routes, ids *objectIDs) bool {
 	c := run.Object
-	next, ok := routes.Next(c.Currency, c.tried())
+	next, ok := routes.Next(c.Currency, c.tried(), pinned(ids, run, c.ID))
 	if !ok {
 		return false
 	}

@@ -43,7 +43,7 @@ import (
 //     the one the previous incarnation created (charges are kept forever).
 //     The engine derives incarnation 0 first; an id an earlier incarnation
 //     holds fails the insert (ErrObjectIDTaken), and it derives the next
-//     (phases.objectIDAttempts bounds the tries). A retry after a lost
+//     (phases.ObjectIDAttempts bounds the tries). A retry after a lost
 //     claim meets the same earlier incarnations, all replicated long ago,
 //     and so derives the same id as the claim it repeats.
 //
@@ -58,6 +58,9 @@ type objectIDs struct {
 	// reads: the requests a process starts with share one read of the
 	// secret rather than each taking a connection for the same row.
 	reads singleflight.Group
+	// random makes every id random, as past the incarnation bound: for
+	// tests of what such ids do (RandomIDs).
+	random atomic.Bool
 }
 
 // load reads the secret once per process (it never changes). An error is
@@ -87,6 +90,18 @@ func (ids *objectIDs) charge(tenantID int64, key string, req idempotency.Canonic
 	return ids.derive("ch_", tenantID, key, req.Fingerprint, incarnation)
 }
 
+// derived reports whether id is a charge id derived for the tenant, key and
+// request (some incarnation of ObjectID's), rather than a random one: a
+// retry of a lost claim derives it again (see pinned, failover.go).
+func (ids *objectIDs) derived(tenantID int64, key string, req idempotency.Canonical, id string) bool {
+	for n := range phases.ObjectIDAttempts {
+		if ids.charge(tenantID, key, req, n) == id {
+			return true
+		}
+	}
+	return false
+}
+
 // refund is refund's ObjectID.
 func (ids *objectIDs) refund(tenantID int64, key string, req idempotency.Canonical, incarnation int) string {
 	return ids.derive("re_", tenantID, key, req.Fingerprint, incarnation)
@@ -100,7 +115,7 @@ var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadd
 // bug), gets a random id: never a derived one that might collide.
 func (ids *objectIDs) derive(prefix string, tenantID int64, key string, fp idempotency.Fingerprint, incarnation int) string {
 	secret := ids.secret.Load()
-	if secret == nil || incarnation < 0 {
+	if secret == nil || incarnation < 0 || ids.random.Load() {
 		return newID(prefix)
 	}
 	mac := hmac.New(sha256.New, *secret)

@@ -30,10 +30,12 @@ const declined = `{"amount": 500, "currency": "usd", "payment_method": "pm_card_
 
 type routedWorld struct {
 	*chargestest.Bundle
-	mocks  map[string]*psp.Mock
-	urls   map[string]string
-	router *routing.Router
-	clock  atomic.Int64 // nanoseconds added to the breakers' clock
+	mocks   map[string]*psp.Mock
+	urls    map[string]string
+	router  *routing.Router
+	clock   atomic.Int64 // nanoseconds added to the breakers' clock
+	cfg     routing.Config
+	clients map[string]routing.Client
 }
 
 type routedConfig struct {
@@ -67,10 +69,18 @@ func newRoutedWorld(t *testing.T, rc routedConfig) *routedWorld {
 		w.mocks[name], clients[name], w.urls[name] = mock, c, srv.URL
 		cfg.PSPs = append(cfg.PSPs, routing.PSP{Name: name, URL: srv.URL})
 	}
-	var err error
-	w.router, err = routing.New(cfg, clients, routing.Options{Now: func() time.Time { return time.Now().Add(time.Duration(w.clock.Load())) }})
-	require.NoError(t, err)
+	w.cfg, w.clients = cfg, clients
+	w.router = w.process(t)
 	return w
+}
+
+// process is another process's Router over the same PSPs: breakers of its
+// own, which learn only from its own calls.
+func (w *routedWorld) process(t *testing.T) *routing.Router {
+	t.Helper()
+	r, err := routing.New(w.cfg, w.clients, routing.Options{Now: func() time.Time { return time.Now().Add(time.Duration(w.clock.Load())) }})
+	require.NoError(t, err)
+	return r
 }
 
 // inFlight hands each authorization to mock only after d, whether or not
@@ -431,22 +441,31 @@ func TestTakeoverLooksUpEveryAttemptedPSP(t *testing.T) {
 }
 
 // A PSP that stops answering opens its breaker after a few unknown
-// outcomes: new charges then start at the next PSP of their route, which is
-// safe because nothing was sent to the first. The charges caught at the
-// first stay there. After the cool-down one new charge probes the first
-// again, and its answer closes the breaker.
+// outcomes. A new charge whose id is random (past the incarnation bound of
+// derived ids) then starts at the next PSP of its route, which is safe
+// because nothing can have been sent to the first for it. A charge whose id
+// is derived starts at the first whatever the breaker says, and waits there:
+// a claim lost in a failover may have sent it there (pitfall 85 "A second PSP after a lost claim"). The
+// charges caught at the first stay there. After the cool-down one new
+// random-id charge probes the first again, and its answer closes the
+// breaker.
 func TestBreakerSendsNewChargesElsewhere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {ErrorRate: 1}}, threshold: 2})
-	svc := w.service(t, 0, phases.Config{})
+	derived := w.service(t, 0, phases.Config{})
 	req, _ := chargestest.Request(t, visa)
 	for _, k := range []string{"a", "b"} {
-		_, err := svc.Create(ctx, w.Tenant, k, charges.Parsed(req))
+		_, err := derived.Create(ctx, w.Tenant, k, charges.Parsed(req))
 		require.ErrorIs(t, err, phases.ErrPSPUnavailable)
 	}
 	require.Equal(t, routing.Open, w.router.BreakerState("primary"))
+	_, err := derived.Create(ctx, w.Tenant, "pinned", charges.Parsed(req))
+	require.ErrorIs(t, err, phases.ErrPSPUnavailable, "a derived id starts at its route's first PSP, open breaker or not")
+	require.Equal(t, "primary", w.chargeOfKey(t, "pinned").PSP)
 
+	svc := w.service(t, 0, phases.Config{})
+	charges.RandomIDs(svc)
 	res, err := svc.Create(ctx, w.Tenant, "c", charges.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
@@ -454,7 +473,7 @@ func TestBreakerSendsNewChargesElsewhere(t *testing.T) {
 	require.Equal(t, "secondary", c.PSP)
 	sends, lookups := w.requests("primary", c.ID)
 	require.Zero(t, sends+lookups, "routed around the open breaker: the primary never heard of it")
-	for _, k := range []string{"a", "b"} {
+	for _, k := range []string{"a", "b", "pinned"} {
 		stuck := w.chargeOfKey(t, k)
 		require.Equal(t, "primary", stuck.PSP, "a charge caught by the outage stays")
 		sends, _ := w.requests("secondary", stuck.ID)

@@ -21,10 +21,19 @@ const PartitionsAhead = 4
 const maintenanceLockTimeout = "500ms"
 
 // Beginner is what partition maintenance runs on: a *pgxpool.Pool or a
-// *pgx.Conn, outside any transaction.
+// *pgx.Conn, outside any transaction, or the maintenance lock's
+// connection (maintenance.Conn), which behind a transaction pooler runs
+// every statement in a transaction (TransactionsOnly).
 type Beginner interface {
 	DBTX
 	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// transactionsOnly reports whether q runs every statement in a
+// transaction: DETACH … CONCURRENTLY cannot run there.
+func transactionsOnly(q DBTX) bool {
+	t, ok := q.(interface{ TransactionsOnly() bool })
+	return ok && t.TransactionsOnly()
 }
 
 // tables are the tables partitioned by the event's day, with the column
@@ -154,6 +163,21 @@ func dropPartition(ctx context.Context, q Beginner, parent, part string) error {
 	case pending:
 		if _, err := q.Exec(ctx, "ALTER TABLE "+parentIdent+" DETACH PARTITION "+ident+" FINALIZE"); err != nil {
 			return fmt.Errorf("finalize detach of %s: %w", part, err)
+		}
+	case attached && transactionsOnly(q):
+		// The maintenance lock's connection behind a transaction pooler
+		// runs every statement in a transaction, where CONCURRENTLY
+		// cannot: the plain DETACH, which makes writes wait, waits
+		// briefly itself, and a later pass tries again.
+		err := pgx.BeginFunc(ctx, q, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, maintenanceLockTimeout); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "ALTER TABLE "+parentIdent+" DETACH PARTITION "+ident)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("detach %s: %w", part, err)
 		}
 	case attached:
 		if _, err := q.Exec(ctx, "ALTER TABLE "+parentIdent+" DETACH PARTITION "+ident+" CONCURRENTLY"); err != nil {

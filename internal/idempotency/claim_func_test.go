@@ -28,7 +28,8 @@ func claimFunc(t *testing.T, b *testBundle, key string) (created bool, at time.T
 func claimIn(t *testing.T, b *testBundle, tx pgx.Tx, key string) (created bool, at time.Time) {
 	t.Helper()
 	rows, err := tx.Query(context.Background(), idempotency.ClaimFuncSQLForTest, b.tenant, key, b.req.Fingerprint[:],
-		b.req.Method, b.req.Path, b.req.Body, time.Minute.Microseconds(), "", "start", "", "test.op", nil, nil)
+		b.req.Method, b.req.Path, b.req.Body, time.Minute.Microseconds(), "", "start", "", "test.op", nil, nil,
+		"00000000-0000-4000-8000-000000000001")
 	require.NoError(t, err)
 	n := 0
 	for rows.Next() {

@@ -18,6 +18,9 @@ type Lease struct {
 	Record Record
 
 	notes []Entry // timeline entries for the holder's next write (Note)
+	// token is the lease token its claim or takeover drew and wrote
+	// (lost.go); "" for a lease made from a record read back (LeaseOf).
+	token string
 }
 
 // advanceSQL fences a phase and records its recovery point. Callers run it
@@ -195,51 +198,6 @@ func (l *Lease) Unlock(ctx context.Context, q DBTX) error {
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("unlock %q: %w", r.Key, ErrLeaseLost)
-	}
-	return nil
-}
-
-// unlockLostClaimSQL is unlockSQL for a claim whose answer was lost before
-// its row was read back (the connection dropped after the server committed
-// it): its creation time is not known, so the key is found by what the
-// claim wrote to it. The newest incarnation of the key, still at
-// lock_version 1 (nobody took it over), started, leased, with this
-// request's fingerprint and this process as its holder, is this claim's
-// key: any other claim of the key is refused while it exists, and a
-// takeover or a release changes one of these. (Were the claim not
-// committed and another request of this very process claimed the key
-// since, its lease is the one given up: its heartbeat stops its call at
-// the next tick, and the fences keep its writes from committing twice.)
-// The timeline gains "released" for the reason database unavailable.
-const unlockLostClaimSQL = `
-UPDATE idempotency_keys k
-   SET locked_until = NULL,
-       holder = NULL,
-       timeline = k.timeline || jsonb_build_array(jsonb_build_object(
-                'at', phasepay_timeline_time(phasepay_now()), 'kind', 'released', 'holder', $4::text,
-                'lock_version', k.lock_version, 'reason', '` + ReasonDatabaseUnavailable + `',
-                'next_attempt_at', phasepay_timeline_time(coalesce(k.next_attempt_at, phasepay_now()))))
-  FROM idempotency_keys_newest($1, $2) n
- WHERE k.tenant_id = n.tenant_id AND k.key = n.key AND k.created_at = n.created_at
-   AND k.lock_version = 1
-   AND k.state = 'started'
-   AND k.locked_until > phasepay_now()
-   AND k.fingerprint = $3
-   AND k.holder = $4`
-
-// UnlockLostClaim gives up the lease of the claim p made through this
-// store whose answer was lost before its row was read back, without
-// counting an attempt (see unlockLostClaimSQL). It returns ErrLeaseLost if
-// there is no such lease: the claim did not commit, or its lease is gone.
-// With the timeline off (TIMELINE=off) claims record no holder, and there
-// is never one to find.
-func (s *Store) UnlockLostClaim(ctx context.Context, q DBTX, p ClaimParams) error {
-	tag, err := q.Exec(ctx, unlockLostClaimSQL, p.TenantID, p.Key, p.Request.Fingerprint[:], s.holder)
-	if err != nil {
-		return fmt.Errorf("unlock the lost claim of %q: %w", p.Key, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("unlock the lost claim of %q: %w", p.Key, ErrLeaseLost)
 	}
 	return nil
 }

@@ -36,12 +36,24 @@ func DayPartition(day time.Time) string {
 
 const dayPartitionPrefix = "idempotency_keys_p"
 
-// Beginner is what partition maintenance runs on: a *pgxpool.Pool or a
-// *pgx.Conn. Its statements open transactions of their own (to scope
-// SET LOCAL) or must run outside any (DETACH … CONCURRENTLY).
+// Beginner is what partition maintenance runs on: a *pgxpool.Pool, a
+// *pgx.Conn, or the maintenance lock's connection (maintenance.Conn). Its
+// statements open transactions of their own (to scope SET LOCAL) or must
+// run outside any (DETACH … CONCURRENTLY), unless it runs every statement
+// in a transaction (TransactionsOnly).
 type Beginner interface {
 	DBTX
 	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// transactionsOnly reports whether q runs every statement in a
+// transaction (maintenance.Conn behind a transaction pooler, where each
+// takes the maintenance lock): DETACH … CONCURRENTLY, which cannot run in
+// one, gives way there to the plain DETACH, held to
+// MaintenanceLockTimeout.
+func transactionsOnly(q DBTX) bool {
+	t, ok := q.(interface{ TransactionsOnly() bool })
+	return ok && t.TransactionsOnly()
 }
 
 // ensurePartitionsSQL creates the missing daily partitions from yesterday to
@@ -310,7 +322,7 @@ func dropExpiredHeadMonths(ctx context.Context, q Beginner) ([]string, error) {
 				return dropped, fmt.Errorf("finalize detach of %s: %w", m.name, err)
 			}
 		case m.attached:
-			if _, err := q.Exec(ctx, "ALTER TABLE idempotency_key_heads DETACH PARTITION "+ident+" CONCURRENTLY"); err != nil {
+			if err := detachFrom(ctx, q, "idempotency_key_heads", ident, transactionsOnly(q)); err != nil {
 				return dropped, fmt.Errorf("detach %s: %w", m.name, err)
 			}
 		}
@@ -379,8 +391,14 @@ func detach(ctx context.Context, q Beginner, ident string) error {
 	if err := q.QueryRow(ctx, hasDefaultPartitionSQL).Scan(&hasDefault); err != nil {
 		return err
 	}
-	stmt := "ALTER TABLE idempotency_keys DETACH PARTITION " + ident
-	if !hasDefault {
+	return detachFrom(ctx, q, "idempotency_keys", ident, hasDefault || transactionsOnly(q))
+}
+
+// detachFrom detaches partition ident from parent: CONCURRENTLY, unless
+// plain, which takes ACCESS EXCLUSIVE on the parent.
+func detachFrom(ctx context.Context, q Beginner, parent, ident string, plain bool) error {
+	stmt := "ALTER TABLE " + parent + " DETACH PARTITION " + ident
+	if !plain {
 		_, err := q.Exec(ctx, stmt+" CONCURRENTLY")
 		return err
 	}

@@ -86,7 +86,7 @@ func write(ctx context.Context, q Execer, sql string, args ...any) error {
 // here once the function has returned its row (a plpgsql set-returning
 // function runs to completion before its caller reads the first row).
 const claimFuncSQL = `SELECT current_setting('phasepay.claim') = 'created', ` + recordColumns + `
-  FROM idempotency_keys_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+  FROM idempotency_keys_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::uuid)`
 
 // claimedSQL fails with PPK01 (ErrKeyExists) unless the claim before it
 // created the key: queued between the claim and the first phase's writes,
@@ -103,7 +103,9 @@ type QueuedClaim struct {
 	// Lease is the new key's lease. Until the exchange is read its Record
 	// holds what the claim writes but not what the database decides
 	// (CreatedAt, by its clock, is zero); it is complete once the claim
-	// committed.
+	// committed. Its token is the claim's, drawn before the claim is
+	// sent: what releases the lease if the claim's answer is lost
+	// (UnlockLostClaim).
 	Lease *Lease
 }
 
@@ -120,13 +122,13 @@ type QueuedClaim struct {
 // whichever way it goes. q must run READ COMMITTED (the claim checks it).
 func (s *Store) QueueClaim(q Queuer, p ClaimParams) *QueuedClaim {
 	point := cmp.Or(p.Point, PointStart)
-	c := &QueuedClaim{Lease: &Lease{store: s, Record: Record{
+	c := &QueuedClaim{Lease: &Lease{store: s, token: newLeaseToken(), Record: Record{
 		TenantID: p.TenantID, Key: p.Key, Request: p.Request, State: StateStarted, Point: point,
 		LockVersion: 1, Leased: true, Due: true, ObjectID: p.ObjectID, TraceContext: p.TraceContext, Operation: p.Operation,
 	}}}
 	q.QueueRow(claimFuncSQL, []any{p.TenantID, p.Key, p.Request.Fingerprint[:], p.Request.Method, p.Request.Path,
 		p.Request.Body, s.cfg.Lease.Microseconds(), p.TraceContext, string(point), p.ObjectID, p.Operation,
-		s.holderColumn(), s.claimEntries(point)},
+		s.holderColumn(), s.claimEntries(point), c.Lease.token},
 		func(row pgx.Row) error {
 			var created bool
 			rec, err := scanRecord(row, &created)

@@ -114,9 +114,9 @@ WITH existing AS (
 ), inserted AS (
     INSERT INTO idempotency_keys
            (tenant_id, key, fingerprint, request_method, request_path, request_body, locked_until, trace_context,
-            recovery_point, object_id, operation, holder, timeline)
+            recovery_point, object_id, operation, holder, timeline, lease_token)
     SELECT $1, $2, $3, $4, $5, $6, phasepay_now() + $7 * interval '1 microsecond', nullif($8, ''), $9, nullif($10, ''),
-           nullif($11, ''), $12, phasepay_timeline_append(NULL, $13, 1)
+           nullif($11, ''), $12, phasepay_timeline_append(NULL, $13, 1), $14::uuid
      WHERE NOT EXISTS (SELECT 1 FROM existing)
     RETURNING ` + recordColumns + `
 )
@@ -171,7 +171,8 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p ClaimParams) (rec Record
 	batch.Queue(claimLockSQL, tenantID, key)
 	point := cmp.Or(p.Point, PointStart)
 	batch.Queue(claimSQL, tenantID, key, req.Fingerprint[:], req.Method, req.Path, req.Body,
-		s.cfg.Lease.Microseconds(), p.TraceContext, string(point), p.ObjectID, p.Operation, s.holderColumn(), s.claimEntries(point))
+		s.cfg.Lease.Microseconds(), p.TraceContext, string(point), p.ObjectID, p.Operation, s.holderColumn(), s.claimEntries(point),
+		newLeaseToken())
 	results := tx.SendBatch(ctx, batch)
 	defer results.Close()
 	var isolation, ignored string
@@ -243,13 +244,15 @@ func (s *Store) LeaseOf(rec Record) *Lease {
 // and "lock_version = $4" makes two simultaneous takeovers (a client retry
 // and a reaper, say) resolve to exactly one winner. The lease condition is
 // re-checked here, by the database's clock, because the record the caller
-// decided on may be stale.
+// decided on may be stale. The lease token ($8) is what releases the lease
+// if this statement's answer is lost (lost.go).
 const takeOverSQL = `
 UPDATE idempotency_keys
    SET lock_version = lock_version + 1,
        locked_until = phasepay_now() + $5 * interval '1 microsecond',
        holder = $6,
-       timeline = phasepay_timeline_append(timeline, $7, lock_version + 1)
+       timeline = phasepay_timeline_append(timeline, $7, lock_version + 1),
+       lease_token = $8::uuid
  WHERE tenant_id = $1 AND key = $2 AND created_at = $3
    AND lock_version = $4
    AND state = 'started'
@@ -259,24 +262,27 @@ RETURNING lock_version, recovery_point`
 
 // TakeOver takes the key of rec over from a holder whose lease expired. It
 // returns ErrInProgress if someone else took it over, extended or finished it
-// since rec was read; the caller may Lookup and Decide again.
+// since rec was read; the caller may Lookup and Decide again. Any other
+// error is a *LostTakeoverError: the takeover may have committed, and its
+// Release gives the lease up.
 func (s *Store) TakeOver(ctx context.Context, q DBTX, rec Record) (*Lease, error) {
 	if rec.partial {
 		// Its request body and trace context, which the run resumes
 		// from, were never read.
 		return nil, fmt.Errorf("take over %q: a record read by Peek cannot be taken over", rec.Key)
 	}
+	read, token, sent := rec, newLeaseToken(), time.Now()
 	err := q.QueryRow(ctx, takeOverSQL, rec.TenantID, rec.Key, rec.CreatedAt, rec.LockVersion, s.cfg.Lease.Microseconds(),
-		s.holderColumn(), s.takenOverEntries()).
+		s.holderColumn(), s.takenOverEntries(), token).
 		Scan(&rec.LockVersion, &rec.Point)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("take over %q: %w", rec.Key, ErrInProgress)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("take over %q: %w", rec.Key, err)
+		return nil, s.lostTakeover(fmt.Errorf("take over %q: %w", rec.Key, err), token, sent, &read)
 	}
 	rec.Leased = true
-	return &Lease{store: s, Record: rec}, nil
+	return &Lease{store: s, Record: rec, token: token}, nil
 }
 
 // takeOverExpiredSQL is the reaper's claim on abandoned keys: started, lease
@@ -292,7 +298,8 @@ UPDATE idempotency_keys k
    SET lock_version = k.lock_version + 1,
        locked_until = phasepay_now() + $2 * interval '1 microsecond',
        holder = $3,
-       timeline = phasepay_timeline_append(k.timeline, $4, k.lock_version + 1)
+       timeline = phasepay_timeline_append(k.timeline, $4, k.lock_version + 1),
+       lease_token = $5::uuid
   FROM due
  WHERE k.tenant_id = due.tenant_id AND k.key = due.key AND k.created_at = due.created_at
 RETURNING false, ` + qualifiedRecordColumns
@@ -322,11 +329,19 @@ const qualifiedRecordColumns = `k.tenant_id, k.key, k.created_at, k.fingerprint,
        k.next_attempt_at, true, 0, coalesce(k.last_error, ''), coalesce(k.object_id, ''), coalesce(k.operation, '')`
 
 // TakeOverExpired takes over up to limit abandoned keys (started, lease
-// expired, retry backoff over) and returns their leases.
+// expired, retry backoff over) and returns their leases. Its error, once
+// the statement was sent, is a *LostTakeoverError: the batch may have
+// committed (its answer lost, or a row of it unreadable), holding keys no
+// one drives, and its Release gives them all up (every key the batch took
+// carries its one token).
 func (s *Store) TakeOverExpired(ctx context.Context, q DBTX, limit int) ([]*Lease, error) {
-	rows, err := q.Query(ctx, takeOverExpiredSQL, limit, s.cfg.Lease.Microseconds(), s.holderColumn(), s.takenOverEntries())
+	token, sent := newLeaseToken(), time.Now()
+	lost := func(err error) error {
+		return s.lostTakeover(fmt.Errorf("take over expired: %w", err), token, sent, nil)
+	}
+	rows, err := q.Query(ctx, takeOverExpiredSQL, limit, s.cfg.Lease.Microseconds(), s.holderColumn(), s.takenOverEntries(), token)
 	if err != nil {
-		return nil, fmt.Errorf("take over expired: %w", err)
+		return nil, lost(err)
 	}
 	defer rows.Close()
 	var leases []*Lease
@@ -334,12 +349,12 @@ func (s *Store) TakeOverExpired(ctx context.Context, q DBTX, limit int) ([]*Leas
 		var ignored bool
 		rec, err := scanRecord(rows, &ignored)
 		if err != nil {
-			return nil, fmt.Errorf("take over expired: %w", err)
+			return nil, lost(err)
 		}
-		leases = append(leases, &Lease{store: s, Record: rec})
+		leases = append(leases, &Lease{store: s, Record: rec, token: token})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("take over expired: %w", err)
+		return nil, lost(err)
 	}
 	return leases, nil
 }

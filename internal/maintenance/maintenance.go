@@ -9,14 +9,31 @@
 // (RunOnce here, for the owning package's tests) that returns what it did,
 // and test signals a test waits on instead of sleeping.
 //
-// The lock is transaction-scoped: a run opens a transaction on a
-// connection of its own, takes pg_try_advisory_xact_lock there, runs the
-// chore on the pool's other connections, and ends the transaction, which
-// releases the lock, whatever happened (a lost connection releases it
-// too). A session lock, as this once was, cannot work behind a transaction
-// pooler: the lock is taken on one server connection and the unlock runs
-// on whichever is free, so the lock stays held, by a server connection
-// other clients now use, and the unlock fails quietly (a WARNING).
+// The lock and the chore share fate (pitfall 89 "Maintenance under a lock
+// held on another connection"): the chore runs on the connection that
+// holds the lock (Conn), so that whatever ends one ends the other. When
+// they lived on two connections (the lock in a transaction on one, the
+// chore on the pool's others), a lock whose connection died (a restart of
+// its backend, a network cut, pg_terminate_backend) was free for a second
+// process while the first one's chore went on: two processes maintaining
+// at once.
+//
+//   - Without a pooler, a run takes a connection out of the pool for itself,
+//     takes a session lock on it (pg_try_advisory_lock) and runs the chore
+//     on it, outside any transaction (a chore may need to: DETACH …
+//     CONCURRENTLY). The connection is closed after the run, which ends
+//     its session, the lock and whatever the chore set in it.
+//   - Behind a transaction pooler (Config.Pooled) there is no session to
+//     hold a lock in: a session lock taken through the pooler stays on a
+//     server connection other clients then use, and its unlock runs on
+//     another and fails quietly (a WARNING). There every transaction the
+//     chore runs takes the lock itself (pg_try_advisory_xact_lock), on the
+//     one server connection the pooler gives the transaction, and a
+//     statement the chore runs alone runs in such a transaction. No
+//     statement of the chore runs without the lock, and none can run
+//     outside a transaction (Conn.TransactionsOnly): a DETACH …
+//     CONCURRENTLY gives way to the plain DETACH, held to a short
+//     lock_timeout.
 package maintenance
 
 import (
@@ -28,6 +45,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/internal/dbstate"
@@ -53,20 +71,24 @@ type Config struct {
 	// is at Start. Default IntervalDefault.
 	Interval time.Duration
 	// Timeout bounds one run, from taking the lock to releasing it: the
-	// chore's context ends then, and the lock's transaction is ended.
-	// Default TimeoutDefault.
+	// chore's context ends then, and with it the lock's session (or, behind
+	// a pooler, the transaction that holds it). Default TimeoutDefault.
 	Timeout time.Duration
 	// Logger receives a failed run (Warn; Error only if the database
 	// answered). A run cut off by Stop is not logged. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// Pooled says that the pool goes through a transaction pooler
+	// (DATABASE_POOLER=transaction): the lock is then taken by every
+	// transaction of the chore, not held by a session (see the package
+	// comment).
+	Pooled bool
 }
 
-// Chore is the work, run while the lock is held. It runs on the pool's
-// connections, never the lock's (that one is inside the lock's
-// transaction, and a chore may need to run outside one: DETACH …
-// CONCURRENTLY). R says what it did.
-type Chore[R any] func(ctx context.Context) (R, error)
+// Chore is the work, run while the lock is held, on conn, the connection
+// that holds it: every statement of the chore goes through conn. R says
+// what it did.
+type Chore[R any] func(ctx context.Context, conn *Conn) (R, error)
 
 // Service runs a Chore every Interval, in one process at a time.
 type Service[R any] struct {
@@ -94,8 +116,7 @@ type TestSignals[R any] struct {
 	Failed testsignal.Signal[error]
 }
 
-// New validates cfg, fills its defaults and returns a Service on pool,
-// which must allow two connections at least: the lock's and the chore's.
+// New validates cfg, fills its defaults and returns a Service on pool.
 func New[R any](pool *pgxpool.Pool, cfg Config, chore Chore[R]) (*Service[R], error) {
 	cfg.Interval = cmp.Or(cfg.Interval, IntervalDefault)
 	cfg.Timeout = cmp.Or(cfg.Timeout, TimeoutDefault)
@@ -108,8 +129,6 @@ func New[R any](pool *pgxpool.Pool, cfg Config, chore Chore[R]) (*Service[R], er
 		return nil, fmt.Errorf("%s: a chore is required", cfg.Name)
 	case cfg.Interval < 0 || cfg.Timeout < 0:
 		return nil, fmt.Errorf("%s: negative interval or timeout", cfg.Name)
-	case pool != nil && pool.Config().MaxConns < 2:
-		return nil, fmt.Errorf("%s: the pool needs 2 connections at least (the lock's and the chore's), has %d", cfg.Name, pool.Config().MaxConns)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -165,18 +184,11 @@ func (s *Service[R]) Stop() {
 	<-done
 }
 
-// lockSQL takes the chore's lock for the transaction, if no one holds it,
-// and lets the transaction sit idle while the chore runs on other
-// connections: the pool's idle_in_transaction_session_timeout (30 s) is
-// raised to the run's Timeout for this transaction alone (SET LOCAL, which
-// a transaction pooler keeps: it lives in the transaction). The
-// transaction holds no snapshot while idle (READ COMMITTED) and no lock
-// but this one, so nothing waits on it (DETACH … CONCURRENTLY waits for
-// the parent table's lockers, not for it).
-const lockSQL = `SELECT set_config('idle_in_transaction_session_timeout', $2, true) IS NOT NULL, pg_try_advisory_xact_lock($1)`
-
 // RunOnce runs the chore once if this process gets the lock: ran reports
-// whether it did. It does not wait for a run of another process.
+// whether it did. It does not wait for a run of another process. A run
+// whose chore finds the lock taken part-way (behind a pooler, where each
+// of its transactions takes it: another process got it between two) ends
+// there, not ran, without an error.
 func (s *Service[R]) RunOnce(ctx context.Context) (res R, ran bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
@@ -185,35 +197,83 @@ func (s *Service[R]) RunOnce(ctx context.Context) (res R, ran bool, err error) {
 			s.TestSignals.Failed.Signal(err)
 		}
 	}()
-	conn, err := s.pool.Acquire(ctx)
+	var conn *Conn
+	if s.cfg.Pooled {
+		conn, err = s.lockEachTransaction(ctx)
+	} else {
+		conn, err = s.lockSession(ctx)
+		if conn != nil {
+			defer s.endSession(ctx, conn.conn)
+		}
+	}
 	if err != nil {
 		return res, false, fmt.Errorf("%s: lock: %w", s.cfg.Name, err)
 	}
-	defer conn.Release()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return res, false, fmt.Errorf("%s: lock: %w", s.cfg.Name, err)
-	}
-	// Ending the transaction releases the lock; a rollback that fails (the
-	// connection is lost) releases it with the session.
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // see above
-	idle := fmt.Sprintf("%dms", (s.cfg.Timeout + 5*time.Second).Milliseconds())
-	var set, locked bool
-	if err := tx.QueryRow(ctx, lockSQL, s.cfg.LockID, idle).Scan(&set, &locked); err != nil {
-		return res, false, fmt.Errorf("%s: lock: %w", s.cfg.Name, err)
-	}
-	if !locked {
+	if conn == nil {
 		s.TestSignals.Skipped.Signal(struct{}{})
 		return res, false, nil
 	}
-	res, err = s.chore(ctx)
+	res, err = s.chore(ctx, conn)
+	if errors.Is(err, ErrLockTaken) {
+		s.TestSignals.Skipped.Signal(struct{}{})
+		return res, false, nil
+	}
 	s.TestSignals.Ran.Signal(res)
 	if err != nil {
 		return res, true, fmt.Errorf("%s: %w", s.cfg.Name, err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		// The chore is done; the lock went with the transaction anyway.
-		return res, true, fmt.Errorf("%s: release the lock: %w", s.cfg.Name, err)
-	}
 	return res, true, nil
+}
+
+// sessionLockSQL takes the chore's lock for the session, if no one holds
+// it.
+const sessionLockSQL = `SELECT pg_try_advisory_lock($1)`
+
+// lockSession takes a connection out of the pool for the run and the
+// lock on it: the Conn the chore runs on, or nil when another process
+// holds the lock. The caller closes the connection after the run.
+func (s *Service[R]) lockSession(ctx context.Context) (*Conn, error) {
+	pooled, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The pool's no more: a session that holds a lock, and settings the
+	// chore may raise, must never serve anyone else.
+	conn := pooled.Hijack()
+	var locked bool
+	if err := conn.QueryRow(ctx, sessionLockSQL, s.cfg.LockID).Scan(&locked); err != nil || !locked {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return &Conn{conn: conn}, nil
+}
+
+// sessionUnlockSQL gives the chore's session lock up.
+const sessionUnlockSQL = `SELECT pg_advisory_unlock($1)`
+
+// endSession ends the run's session, and the lock with it: unlocked first,
+// so that the lock is free when RunOnce returns (a closed connection's
+// backend lets its locks go a moment later), then closed, which would
+// release it anyway, with whatever the chore set in the session.
+func (s *Service[R]) endSession(ctx context.Context, conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, _ = conn.Exec(ctx, sessionUnlockSQL, s.cfg.LockID)
+	_ = conn.Close(ctx)
+}
+
+// lockEachTransaction is the Conn of a run behind a transaction pooler:
+// one whose every transaction takes the lock. A first transaction takes it
+// alone, so that a run that finds it taken is skipped before it starts;
+// nil then.
+func (s *Service[R]) lockEachTransaction(ctx context.Context) (*Conn, error) {
+	conn := &Conn{pool: s.pool, lockID: s.cfg.LockID}
+	tx, err := conn.Begin(ctx)
+	if errors.Is(err, ErrLockTaken) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return conn, tx.Rollback(ctx)
 }

@@ -41,7 +41,13 @@ SELECT count(*) FROM pg_locks
 
 func newService(t *testing.T, pool *pgxpool.Pool, chore maintenance.Chore[int]) *maintenance.Service[int] {
 	t.Helper()
-	s, err := maintenance.New(pool, maintenance.Config{Name: "test chore", LockID: lockID, Interval: time.Hour}, chore)
+	return newServiceWith(t, pool, maintenance.Config{}, chore)
+}
+
+// newServiceWith is newService with cfg's Pooled.
+func newServiceWith(t *testing.T, pool *pgxpool.Pool, cfg maintenance.Config, chore maintenance.Chore[int]) *maintenance.Service[int] {
+	t.Helper()
+	s, err := maintenance.New(pool, maintenance.Config{Name: "test chore", LockID: lockID, Interval: time.Hour, Pooled: cfg.Pooled}, chore)
 	require.NoError(t, err)
 	return s
 }
@@ -53,12 +59,12 @@ func TestMaintenanceRunsOneAtATime(t *testing.T) {
 	ctx := context.Background()
 	pool := testdb.New(t)
 	inside, release := make(chan struct{}), make(chan struct{})
-	a := newService(t, pool, func(ctx context.Context) (int, error) {
+	a := newService(t, pool, func(ctx context.Context, _ *maintenance.Conn) (int, error) {
 		close(inside)
 		<-release
 		return 1, nil
 	})
-	b := newService(t, pool, func(context.Context) (int, error) { return 2, nil })
+	b := newService(t, pool, func(context.Context, *maintenance.Conn) (int, error) { return 2, nil })
 
 	done := make(chan error, 1)
 	go func() {
@@ -89,7 +95,7 @@ func TestMaintenanceStartsWithARun(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	var runs atomic.Int64
-	s := newService(t, pool, func(context.Context) (int, error) { return int(runs.Add(1)), nil })
+	s := newService(t, pool, func(context.Context, *maintenance.Conn) (int, error) { return int(runs.Add(1)), nil })
 	s.TestSignals.Ran.Init(t)
 	require.NoError(t, s.Start(context.Background()))
 	require.Equal(t, 1, s.TestSignals.Ran.WaitOrTimeout())
@@ -102,7 +108,8 @@ func TestMaintenanceStartsWithARun(t *testing.T) {
 // transaction pooler the lock is taken on one server connection and the
 // unlock runs on whichever is free: under load the lock stayed held by a
 // server connection that other clients now use, and maintenance stopped
-// everywhere else. A transaction-scoped lock ends with its transaction,
+// everywhere else. Behind a pooler (Config.Pooled) each transaction of the
+// chore takes a transaction-scoped lock, which ends with its transaction,
 // on the connection that took it.
 func TestMaintenanceLockIsReleasedBehindATransactionPooler(t *testing.T) {
 	t.Parallel()
@@ -120,8 +127,15 @@ func TestMaintenanceLockIsReleasedBehindATransactionPooler(t *testing.T) {
 		t.Cleanup(p.Close)
 		return p
 	}
-	a := newService(t, pooled(), func(ctx context.Context) (int, error) { return 0, nil })
-	other := newService(t, pooled(), func(ctx context.Context) (int, error) { return 0, nil })
+	// A chore that writes, through its Conn, in a transaction and alone.
+	chore := func(ctx context.Context, conn *maintenance.Conn) (int, error) {
+		if _, err := conn.Exec(ctx, `SELECT 1`); err != nil {
+			return 0, err
+		}
+		return 0, pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, `SELECT 1`); return err })
+	}
+	a := newServiceWith(t, pooled(), maintenance.Config{Pooled: true}, chore)
+	other := newServiceWith(t, pooled(), maintenance.Config{Pooled: true}, chore)
 
 	// Other clients keep the pooler's server connections changing hands.
 	loadCtx, stop := context.WithCancel(ctx)

@@ -139,9 +139,14 @@ func claim[S any](ctx context.Context, e *Engine, op *registered[S], tenantID in
 	e.recordArrows(ctx, q.Lease, arrows, time.Now())
 	if Committed(err) {
 		// Committed, but a queued row's reading failed: what it was to
-		// fill in (the key's row, the object) is read again.
+		// fill in (the key's row, the object) is read again. A read that
+		// fails leaves the claim's lease to release, by its token.
 		e.log.WarnContext(ctx, "claim committed, but reading part of its answer failed", "key", key, "error", err.Error())
-		return reread(ctx, e, run, tenantID, key)
+		c, rerr := reread(ctx, e, run, tenantID, key)
+		if rerr != nil {
+			e.releaseLostClaim(q.Lease, rerr)
+		}
+		return c, rerr
 	}
 	if err != nil {
 		switch {
@@ -152,9 +157,9 @@ func claim[S any](ctx context.Context, e *Engine, op *registered[S], tenantID in
 			// the key for a whole lease though nothing runs it.
 			e.releaseLater(q.Lease, err)
 		default:
-			// Lost before that row was read back: the same, found by what
-			// this claim wrote.
-			e.releaseLostClaim(params, err)
+			// Lost before that row was read back: the same, found by the
+			// token this claim wrote.
+			e.releaseLostClaim(q.Lease, err)
 		}
 		return claimed[S]{}, fmt.Errorf("%s: %w", op.Name, dbstate.Wrap(err))
 	}
@@ -219,6 +224,13 @@ func answer[S any](ctx context.Context, e *Engine, op *registered[S], rec idempo
 					return Result{}, err
 				}
 				continue
+			}
+			if lost, ok := errors.AsType[*idempotency.LostTakeoverError](err); ok {
+				// The takeover may have committed with its answer lost:
+				// its lease is given up once the database answers, not
+				// held for a whole lease with nothing running it.
+				e.releaseLostTakeover(rec.Key, lost)
+				return Result{}, dbstate.Wrap(err)
 			}
 			if err != nil {
 				return Result{}, err

@@ -19,28 +19,46 @@ import (
 // was taken over), drive answers only with what the key stores: the new
 // holder's response once it is done, else ErrInProgress. It never answers
 // from its own rolled-back work.
+//
+// A run never returns holding its lease. It ends released on the retry
+// schedule (a busy or unknown outcome), released once the database answers
+// (the database failed under it), or released counting an attempt for any
+// other failure: a deterministic error (an arrow's own, a zero Transition,
+// a statement the database refuses, a row that does not decode) that would
+// otherwise leave the key to be taken over at every lease's end, its
+// foreign call made again each time, for ever. Counted, its attempts
+// follow the schedule and GIVE_UP_AFTER hands the key to an operator, who
+// reads the error in last_error_detail (pitfall 87 "A request that loops
+// for ever"). Only a test's crash (CrashHook) stops a run where it
+// stands, as if its process died.
 func drive[S any](ctx context.Context, e *Engine, op *registered[S], run *Run[S], point idempotency.RecoveryPoint) (idempotency.Response, error) {
 	lease := run.Lease
 	for point != idempotency.PointDone {
-		at, ok := after(op.steps, point)
-		if !ok {
-			return idempotency.Response{}, fmt.Errorf("resume %q: unknown recovery point %q", lease.Record.Key, point)
+		var err error
+		if at, ok := after(op.steps, point); ok {
+			err = advance(ctx, e, op, run, at, &point)
+		} else {
+			err = fmt.Errorf("resume %q: unknown recovery point %q", lease.Record.Key, point)
 		}
-		err := advance(ctx, e, op, run, at, &point)
 		switch {
+		case err == nil:
 		case errors.Is(err, idempotency.ErrLeaseLost):
 			return e.afterLeaseLost(ctx, lease)
 		case errors.As(err, new(released)):
 			return idempotency.Response{}, err.(released).err
-		case err != nil && dbstate.Unavailable(err):
+		case errors.As(err, new(crashed)):
+			return idempotency.Response{}, err
+		case dbstate.Unavailable(err):
 			// The database went away mid-run (after the PSP answered,
 			// say): the key stays at its last committed recovery point,
 			// and is released once the database is back, so that the
 			// client's retry resumes it then, not a lease later.
 			e.releaseLater(lease, err)
 			return idempotency.Response{}, dbstate.Wrap(err)
-		case err != nil:
-			return idempotency.Response{}, err
+		default:
+			// Ours to fix: the attempt is counted, its error kept in
+			// last_error_detail, and whoever drove the key logs it.
+			return idempotency.Response{}, e.release(ctx, lease, cmp.Or(run.ObjectID, lease.Record.ObjectID), err, 0)
 		}
 	}
 	if run.done == nil {
@@ -163,18 +181,19 @@ func commitTx[S any](ctx context.Context, e *Engine, op *registered[S], run *Run
 	}
 }
 
-// objectIDAttempts bounds the incarnations of one key and request whose
+// ObjectIDAttempts bounds the incarnations of one key and request whose
 // derived object ids are tried (ErrObjectIDTaken): the same key and body
 // claimed again after retention, over and over, makes each new claim try
 // every id before its own, one exchange each. Past the bound, the last try
 // asks for an id that is not derived (incarnation -1, a random one): such a
 // key is no longer protected from a claim lost in a failover
-// (docs/pitfalls.md).
-const objectIDAttempts = 8
+// (docs/pitfalls.md). Operation.ObjectID is called with incarnations 0 to
+// ObjectIDAttempts-1, and -1.
+const ObjectIDAttempts = 8
 
 // incarnation is what the n-th try passes to Operation.ObjectID.
 func incarnation(n int) int {
-	if n < objectIDAttempts {
+	if n < ObjectIDAttempts {
 		return n
 	}
 	return -1
@@ -183,7 +202,7 @@ func incarnation(n int) int {
 // objectIDTaken reports whether the n-th try failed on ErrObjectIDTaken
 // and another is due.
 func objectIDTaken(err error, n int) bool {
-	return errors.Is(err, ErrObjectIDTaken) && n < objectIDAttempts
+	return errors.Is(err, ErrObjectIDTaken) && n < ObjectIDAttempts
 }
 
 // commitOnce is one try of commitTx.

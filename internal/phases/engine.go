@@ -167,5 +167,15 @@ func (e *Engine) crash(ctx context.Context, at CrashPoint) error {
 	if e.cfg.CrashHook == nil {
 		return nil
 	}
-	return e.cfg.CrashHook(ctx, at)
+	if err := e.cfg.CrashHook(ctx, at); err != nil {
+		return crashed{err}
+	}
+	return nil
 }
+
+// crashed is a CrashHook's error: the run stops where it stands, as if its
+// process had died, holding whatever it holds (drive releases nothing).
+type crashed struct{ err error }
+
+func (c crashed) Error() string { return c.err.Error() }
+func (c crashed) Unwrap() error { return c.err }

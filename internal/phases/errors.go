@@ -15,7 +15,7 @@ var ErrPSPUnavailable = errors.New("payment service provider unavailable")
 // same key and request, claimed again after retention forgot the key). The
 // operation's storage returns it (wrapped) from the arrow that inserts the
 // object; the engine rolls the transaction back and derives the next
-// incarnation's id (objectIDAttempts).
+// incarnation's id (ObjectIDAttempts).
 var ErrObjectIDTaken = errors.New("object id taken by an earlier incarnation of the key")
 
 // UnavailableError is ErrPSPUnavailable with what the client is told: the

@@ -3,6 +3,7 @@ package phases
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"net/url"
@@ -14,8 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/phasepay/phasepay/harness/pgfault"
 	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbstate"
+	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
 // answerDropper stands between a pool and PostgreSQL and, once armed,
@@ -95,11 +98,24 @@ func (d *answerDropper) serve(client net.Conn) {
 // the run knew too little of the row (not its creation time) to release
 // it. Now the run finds its claim by what it wrote and gives the lease up
 // once the database answers, without counting an attempt: the client's
-// next retry takes the key over and finishes it at once.
+// next retry takes the key over and finishes it at once. So too with the
+// timeline off (TIMELINE=off), which records no holder.
 func TestLostClaimAnswerReleasesTheLease(t *testing.T) {
 	t.Parallel()
+	for _, off := range []bool{false, true} {
+		t.Run(map[bool]string{false: "timeline on", true: "timeline off"}[off], func(t *testing.T) {
+			t.Parallel()
+			testLostClaimAnswerReleasesTheLease(t, off)
+		})
+	}
+}
+
+func testLostClaimAnswerReleasesTheLease(t *testing.T, timelineOff bool) {
 	ctx := context.Background()
 	w := setupRaw(t)
+	var err error
+	w.store, err = idempotency.NewStore(idempotency.Config{Lease: time.Minute, TimelineOff: timelineOff})
+	require.NoError(t, err)
 	u, err := url.Parse(w.url)
 	require.NoError(t, err)
 	dropper := newAnswerDropper(t, u.Host)
@@ -128,6 +144,53 @@ func TestLostClaimAnswerReleasesTheLease(t *testing.T) {
 	require.Zero(t, rec.Attempts, "a lost answer is not an attempt")
 
 	res, err := Do(ctx, e, op, w.tenant, "lost", AsSent(w.raw("a", `{"n":1}`)))
+	require.NoError(t, err, "the client's retry is not kept waiting for the lease")
+	require.Equal(t, OutcomeTakeover, res.Outcome)
+	require.Equal(t, 201, res.Response.Status)
+}
+
+// A takeover whose answer was lost after it committed (a client's retry
+// taking over a key its holder abandoned, the connection dropped on the
+// way back) held the key for a whole lease: nothing ran it, and every
+// retry got 409 until the lease ran out. It is now released once the
+// database answers, without counting an attempt, fenced by what the
+// takeover wrote (its token and the lock_version it set), so that it can
+// never end a later holder's lease. (The reaper's batch takeover:
+// internal/reaper, TestLostBatchTakeoverAnswerReleasesTheLeases.)
+func TestLostTakeoverAnswerReleasesTheLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := setupRaw(t)
+	const key = "a-key-taken-over"
+	crash := errors.New("crash")
+	dead, op := w.engineWith(t, w.pool(t, 0), Config{CrashHook: func(_ context.Context, at CrashPoint) error {
+		if at == CrashAfterClaim {
+			return crash
+		}
+		return nil
+	}})
+	_, err := Do(ctx, dead, op, w.tenant, key, AsSent(w.raw("a", `{"n":1}`)))
+	require.ErrorIs(t, err, crash, "the worker dies holding the key")
+
+	// Its lease ran out: a retry reaches another process, which takes the
+	// key over, and the takeover's answer is lost.
+	proxy, proxied := pgfault.New(t, w.url)
+	later := testdb.Pool(t, proxied, w.t0.Add(2*time.Minute))
+	e, op := w.engine(t, later)
+	proxy.Arm(pgfault.Fault{Marker: []byte(key), Skip: 1}) // the claim's request carries the key, then the takeover's
+	_, err = Do(ctx, e, op, w.tenant, key, AsSent(w.raw("a", `{"n":1}`)))
+	require.Error(t, err)
+	require.True(t, dbstate.Unavailable(err), "%v", err)
+	<-proxy.Hit()
+	e.Wait()
+
+	rec, err := w.store.Lookup(ctx, w.pool(t, 2*time.Minute), w.tenant, key)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, rec.LockVersion, "the takeover committed though its answer was lost")
+	require.False(t, rec.Leased, "the lost takeover's lease was not released")
+	require.Zero(t, rec.Attempts, "a lost answer is not an attempt")
+
+	res, err := Do(ctx, e, op, w.tenant, key, AsSent(w.raw("a", `{"n":1}`)))
 	require.NoError(t, err, "the client's retry is not kept waiting for the lease")
 	require.Equal(t, OutcomeTakeover, res.Outcome)
 	require.Equal(t, 201, res.Response.Status)

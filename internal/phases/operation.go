@@ -46,7 +46,7 @@ type Operation[S any] struct {
 	// claim's commit was lost (a failover); incarnation counts the earlier
 	// incarnations of the key whose object holds the id derived before
 	// (ErrObjectIDTaken), from 0; -1 asks for an id that is not derived (a
-	// random one), the last resort after objectIDAttempts.
+	// random one), the last resort after ObjectIDAttempts.
 	ObjectID func(tenantID int64, key string, req idempotency.Canonical, incarnation int) string
 	// Load reads the object of a run that resumes past start: the state its
 	// last committed arrow left.

@@ -78,10 +78,16 @@ func (w *rawWorld) pool(t *testing.T, offset time.Duration) *pgxpool.Pool {
 
 // engine is an engine (a process) on pool with the poke operation.
 func (w *rawWorld) engine(t *testing.T, pool *pgxpool.Pool) (*Engine, *Operation[struct{}]) {
+	return w.engineWith(t, pool, Config{})
+}
+
+// engineWith is engine with cfg (a crash hook, say).
+func (w *rawWorld) engineWith(t *testing.T, pool *pgxpool.Pool, cfg Config) (*Engine, *Operation[struct{}]) {
 	// One commit per phase: the toy's one arrow, to done, is not folded
 	// into the claim (an operation's first foreign call always comes
 	// before done).
-	e, err := New(pool, w.store, Config{OneCommitPerPhase: true})
+	cfg.OneCommitPerPhase = true
+	e, err := New(pool, w.store, cfg)
 	require.NoError(t, err)
 	t.Cleanup(e.Wait)
 	op := &Operation[struct{}]{

@@ -78,41 +78,41 @@ func (e *Engine) release(ctx context.Context, lease *idempotency.Lease, objectID
 // with the database, is found again by the lookup by reference that
 // precedes any resend under the same PSP key. Wait waits for these to end.
 func (e *Engine) releaseLater(lease *idempotency.Lease, cause error) {
-	e.unlockLater(lease.Record.Key, cause, func(ctx context.Context) error { return lease.Unlock(ctx, e.pool) })
+	e.unlockLater(lease.Record.Key, cause, time.Now().Add(e.keys.Lease()),
+		func(ctx context.Context) error { return lease.Unlock(ctx, e.pool) })
 }
 
 // releaseLostClaim is releaseLater for a claim whose answer was lost before
 // the key's row was read back: the claim may have committed, holding the
 // key for a whole lease, though nothing runs it (every retry would get 409
 // until the lease ran out). Not knowing the row's creation time, the
-// release finds the key by what this claim wrote
-// (idempotency.Store.UnlockLostClaim).
-func (e *Engine) releaseLostClaim(p idempotency.ClaimParams, cause error) {
-	e.unlockLater(p.Key, cause, func(ctx context.Context) error { return e.keys.UnlockLostClaim(ctx, e.pool, p) })
+// release finds the key by the token this very claim wrote
+// (idempotency.Store.UnlockLostClaim): never another request's lease.
+func (e *Engine) releaseLostClaim(lease *idempotency.Lease, cause error) {
+	e.unlockLater(lease.Record.Key, cause, time.Now().Add(e.keys.Lease()),
+		func(ctx context.Context) error { return e.keys.UnlockLostClaim(ctx, e.pool, lease) })
 }
 
-// unlockLater retries unlock until the database answers: see releaseLater.
-func (e *Engine) unlockLater(key string, cause error, unlock func(context.Context) error) {
-	giveUp := time.Now().Add(e.keys.Lease())
+// releaseLostTakeover is releaseLater for a takeover whose answer was lost
+// (idempotency.LostTakeoverError): it may hold the key, and nothing runs
+// it. The release is fenced by what the takeover wrote, its token and the
+// lock_version it set, so it never touches a later holder.
+func (e *Engine) releaseLostTakeover(key string, lost *idempotency.LostTakeoverError) {
+	e.unlockLater(key, lost, lost.Deadline(), func(ctx context.Context) error { return lost.Release(ctx, e.pool) })
+}
+
+// unlockLater retries unlock in the background until the database answers,
+// or until giveUp (when the lease runs out by itself anyway): see
+// releaseLater.
+func (e *Engine) unlockLater(key string, cause error, giveUp time.Time, unlock func(context.Context) error) {
 	e.background.Go(func() {
-		pause := 100 * time.Millisecond
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			err := unlock(ctx)
-			cancel()
-			switch {
-			case err == nil:
-				e.log.Info("released the lease of a run the database failed under", "key", key, "cause", cause.Error())
-				return
-			case errors.Is(err, idempotency.ErrLeaseLost):
-				return
-			case !dbstate.Unavailable(err) || time.Now().Add(pause).After(giveUp):
-				e.log.Warn("could not release the lease of a run the database failed under; it runs out by itself",
-					"key", key, "error", err.Error())
-				return
-			}
-			time.Sleep(pause)
-			pause = min(2*pause, 2*time.Second)
+		switch err := idempotency.RetryUnlock(giveUp, unlock); {
+		case err == nil:
+			e.log.Info("released the lease of a run the database failed under", "key", key, "cause", cause.Error())
+		case errors.Is(err, idempotency.ErrLeaseLost):
+		default:
+			e.log.Warn("could not release the lease of a run the database failed under; it runs out by itself",
+				"key", key, "error", err.Error())
 		}
 	})
 }

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/maintenance"
 )
 
 // MaintenanceLockID is the advisory lock (namespace 0x70700004) that lets
 // one reaper at a time maintain the key partitions; the maintenance
-// service holds it transaction-scoped (package maintenance).
+// service holds it on the connection the chore runs on (package
+// maintenance).
 const MaintenanceLockID = 0x70700004
 
 // MaintenanceResult says what one partition maintenance run did.
@@ -21,43 +23,32 @@ type MaintenanceResult struct {
 }
 
 // maintainPartitions is the maintenance chore: it creates partitions ahead
-// and drops the expired ones, on a connection of the pool (the lock's
-// transaction holds another).
+// and drops the expired ones, on conn, the connection that holds the
+// maintenance lock (package maintenance).
 //
-// Without a pooler, the connection's session may take up to the run's own
-// timeout for its reads of whole partitions and a DETACH … CONCURRENTLY
-// waiting for old transactions (which blocks no one): it raises its
-// statement and lock timeouts, and puts them back before the connection
-// returns to the pool. Behind a transaction pooler there is no session to
-// raise them in (a SET would land on whichever server connection is free,
-// and stay there for others): the statements run under the database's own
-// timeouts (5 s, 2 s), so a DETACH … CONCURRENTLY that waits longer is
-// left "detach pending" and finished by a later run, and a partition too
-// large to check within 5 s is kept until one does (docs/operations.md,
-// "Behind a pooler", says how to give the reapers a role of their own with
-// longer limits). The statements that could make claims queue behind them
-// set a short lock_timeout of their own either way
-// (idempotency.MaintenanceLockTimeout).
-func (r *Reaper) maintainPartitions(ctx context.Context) (*MaintenanceResult, error) {
+// Without a pooler, conn is a session of the run's own, closed after it:
+// it may take up to the run's own timeout for its reads of whole
+// partitions and a DETACH … CONCURRENTLY waiting for old transactions
+// (which blocks no one), so it raises its statement and lock timeouts,
+// which end with the session. Behind a transaction pooler there is no
+// session to raise them in (a SET would land on whichever server
+// connection is free, and stay there for others): the statements run under
+// the database's own timeouts (5 s, 2 s), each in a transaction that holds
+// the lock, so a partition is detached with the plain DETACH (held to
+// idempotency.MaintenanceLockTimeout), and a partition too large to check
+// within 5 s is kept until one does (docs/operations.md, "Behind a
+// pooler", says how to give the reapers a role of their own with longer
+// limits). The statements that could make claims queue behind them set a
+// short lock_timeout of their own either way.
+func (r *Reaper) maintainPartitions(ctx context.Context, conn *maintenance.Conn) (*MaintenanceResult, error) {
 	res := &MaintenanceResult{}
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return res, err
-	}
-	defer conn.Release()
 	if !r.cfg.Pooled {
 		timeout := fmt.Sprintf("%dms", r.cfg.MaintenanceTimeout.Milliseconds())
 		if _, err := conn.Exec(ctx, raiseTimeoutsSQL, timeout); err != nil {
 			return res, fmt.Errorf("maintenance settings: %w", err)
 		}
-		defer func() {
-			// Session settings outlive the statement: undo them before the
-			// connection returns to the pool, even if ctx has ended.
-			if _, err := conn.Exec(context.WithoutCancel(ctx), resetTimeoutsSQL); err != nil {
-				conn.Conn().Close(context.Background()) //nolint:errcheck // closing drops them
-			}
-		}()
 	}
+	var err error
 
 	// A failure to create partitions (a lock timeout behind a long
 	// reader, say) must not stop retention, nor the other way round.
@@ -100,12 +91,6 @@ func (r *Reaper) maintainPartitions(ctx context.Context) (*MaintenanceResult, er
 
 // raiseTimeoutsSQL gives the maintenance session the run's timeout ($1).
 const raiseTimeoutsSQL = `SELECT set_config('statement_timeout', $1, false), set_config('lock_timeout', $1, false)`
-
-// resetTimeoutsSQL puts the session's timeouts back to the pool's (the
-// values of the connection's start-up).
-const resetTimeoutsSQL = `SELECT set_config('statement_timeout', reset_val, false),
-       (SELECT set_config('lock_timeout', reset_val, false) FROM pg_settings WHERE name = 'lock_timeout')
-  FROM pg_settings WHERE name = 'statement_timeout'`
 
 func formatDays(days []time.Time) []string {
 	out := make([]string, len(days))

@@ -12,7 +12,9 @@ import (
 
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/harness/pgbouncer"
+	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbpool"
+	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/reaper"
 )
@@ -92,4 +94,22 @@ SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid 
 	for _, tx := range txs {
 		require.NoError(t, tx.Rollback(ctx))
 	}
+}
+
+// Behind a transaction pooler every statement of the maintenance chore
+// runs in a transaction that holds its lock (package maintenance), where
+// DETACH … CONCURRENTLY cannot run: the partitions past retention are
+// detached with the plain DETACH instead, and dropped all the same.
+func TestPooledMaintenanceDropsExpiredPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	pool := testdb.Pool(t, b.URL, b.T0.Add(20*24*time.Hour))
+	r, err := reaper.New(pool, b.Keys, chargestest.NewService(t, pool, b.Keys, b.PSP, phases.Config{}), reaper.Config{Pooled: true})
+	require.NoError(t, err)
+	res, maintained, err := r.Maintenance().RunOnce(ctx)
+	require.NoError(t, err)
+	require.True(t, maintained)
+	require.Equal(t, idempotency.PartitionsAhead+1, res.Created)
+	require.NotEmpty(t, res.Partitions.Dropped, "the real days' partitions are past retention by the moved clock")
 }

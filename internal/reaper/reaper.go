@@ -8,9 +8,9 @@
 //     the operation by the name the key's claim stored), so the client's next retry
 //     is a replay;
 //  2. maintenance, beside the passes (a maintenance.Service: one reaper at
-//     a time, under a transaction-scoped advisory lock, every
-//     MaintenanceInterval): creates partitions ahead and drops whole
-//     partitions past retention (partitions.go).
+//     a time, under an advisory lock held by the connection the chore runs
+//     on, every MaintenanceInterval): creates partitions ahead and drops
+//     whole partitions past retention (partitions.go).
 //
 // A key whose PSP is still failing is released again on its retry schedule;
 // it is never given up silently: every pass counts the unfinished keys (in
@@ -66,9 +66,10 @@ type Config struct {
 	// pending", and finished by a later run. Default 30s.
 	MaintenanceTimeout time.Duration
 	// Pooled says that pool goes through a transaction pooler
-	// (DATABASE_POOLER=transaction): maintenance then raises no session
-	// setting, and its statements run under the database's own timeouts
-	// (see maintainPartitions).
+	// (DATABASE_POOLER=transaction): maintenance then takes its lock in
+	// each of its transactions, raises no session setting, and its
+	// statements run under the database's own timeouts (see
+	// maintainPartitions).
 	Pooled bool
 	// BatchSize is the most keys one takeover statement claims; it never
 	// claims more than there are idle driving slots (Parallelism), so no
@@ -108,6 +109,9 @@ type Reaper struct {
 	// names names tenants in log lines (warnings.go).
 	overdueWarning, attentionWarning countWarning
 	names                            tenantNames
+	// background: releases of batch takeovers whose answer was lost
+	// (releaseLost).
+	background sync.WaitGroup
 }
 
 // Resumer drives a taken-over key to done through the operation its
@@ -154,6 +158,7 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, ops Resumer, cfg Config) (
 		Interval: cfg.MaintenanceInterval,
 		Timeout:  cfg.MaintenanceTimeout,
 		Logger:   cfg.Logger,
+		Pooled:   cfg.Pooled,
 	}, r.maintainPartitions)
 	if err != nil {
 		return nil, err
@@ -177,6 +182,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 		return err
 	}
 	defer r.maintenance.Stop()
+	defer r.Wait()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -279,6 +285,9 @@ func (r *Reaper) complete(ctx context.Context, res *PassResult) error {
 		for range n - len(leases) {
 			free <- struct{}{}
 		}
+		if lost, ok := errors.AsType[*idempotency.LostTakeoverError](err); ok {
+			r.releaseLost(lost)
+		}
 		if err != nil {
 			return err
 		}
@@ -294,6 +303,30 @@ func (r *Reaper) complete(ctx context.Context, res *PassResult) error {
 		}
 	}
 }
+
+// releaseLost gives up, in the background, the leases of a batch takeover
+// whose answer was lost: it may have committed, holding keys this reaper
+// does not drive, which every retry and every other reaper would otherwise
+// wait out for a whole lease. The release waits for the database to answer
+// and matches the batch's token, so it never ends a later holder's lease;
+// it stops once those leases would have run out by themselves.
+func (r *Reaper) releaseLost(lost *idempotency.LostTakeoverError) {
+	r.background.Go(func() {
+		switch err := idempotency.RetryUnlock(lost.Deadline(), func(ctx context.Context) error { return lost.Release(ctx, r.pool) }); {
+		case err == nil:
+			r.log.Info("released the keys of a takeover whose answer was lost", "cause", lost.Err.Error())
+		case errors.Is(err, idempotency.ErrLeaseLost):
+		default:
+			r.log.Warn("could not release the keys of a takeover whose answer was lost; their leases run out by themselves",
+				"error", err.Error())
+		}
+	})
+}
+
+// Wait waits until the leases being released in the background
+// (releaseLost) are released or given up; Run waits for them before it
+// returns, tests after RunOnce.
+func (r *Reaper) Wait() { r.background.Wait() }
 
 // driveOne resumes one taken-over key and counts the outcome in res. The
 // takeover and the completion are logged at INFO, each with the tenant,

@@ -152,14 +152,18 @@ func (r *Router) instruments(m metric.Meter) error {
 // <charge>:authorize.
 func (r *Router) Single() bool { return r.cfg.Single }
 
-// Choose returns the PSP a new charge in currency starts at: the first of
-// its route whose breaker lets it in, or the route's first when every
-// breaker is open (a charge must start somewhere; it then waits there like
-// any charge facing an unknown outcome). Nothing has been sent anywhere
-// yet, so skipping a PSP here is always safe.
-func (r *Router) Choose(currency string) string {
+// Choose returns the PSP a new charge in currency starts at. A pinned
+// charge, whose id a retry of a claim lost in a failover derives again,
+// starts at its route's first PSP whatever a breaker says: the lost claim
+// may have sent it there, and only that PSP's idempotency key can answer
+// the retry with the first answer (pitfall 85 "A second PSP after a lost
+// claim"). Any other starts at the first PSP of its route whose
+// breaker lets it in, or the route's first when every breaker is open (a
+// charge must start somewhere; it then waits there like any charge facing
+// an unknown outcome): nothing can have been sent anywhere for it yet.
+func (r *Router) Choose(currency string, pinned bool) string {
 	route := r.cfg.Route(currency)
-	if r.cfg.Single || len(route) == 1 {
+	if r.cfg.Single || len(route) == 1 || pinned {
 		return route[0]
 	}
 	for i, name := range route {
@@ -175,11 +179,12 @@ func (r *Router) Choose(currency string) string {
 
 // Next returns the PSP a charge in currency moves to after a refusal at
 // its current PSP, none of tried (every PSP it was sent to): the next of
-// its route in order whose breaker is not open, else the next at all. It
-// reports false when the route has no PSP left. The caller moves the
+// its route in order whose breaker is not open, else the next at all; for
+// a pinned charge (see Choose) the next in order, whatever a breaker says.
+// It reports false when the route has no PSP left. The caller moves the
 // charge only on an answer that proves the current PSP did nothing and
 // never will (a refusal), never on an unknown outcome.
-func (r *Router) Next(currency string, tried []string) (string, bool) {
+func (r *Router) Next(currency string, tried []string, pinned bool) (string, bool) {
 	var left []string
 	for _, name := range r.cfg.Route(currency) {
 		if !slices.Contains(tried, name) {
@@ -188,6 +193,9 @@ func (r *Router) Next(currency string, tried []string) (string, bool) {
 	}
 	if len(left) == 0 {
 		return "", false
+	}
+	if pinned {
+		return left[0], true
 	}
 	for _, name := range left {
 		if r.breakers[name].State() != Open {

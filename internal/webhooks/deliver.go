@@ -81,6 +81,10 @@ type DelivererConfig struct {
 	// attempt wait for them (make chaos's sink answers 1% of deliveries
 	// after 0.5-3 s: first attempts' p99 2.19 s against the contract's 2.2).
 	Parallelism, PerEndpoint, PerHost int
+	// Pooled says that the pool goes through a transaction pooler
+	// (DATABASE_POOLER=transaction), for the partition maintenance's lock
+	// (maintenance.Config.Pooled).
+	Pooled bool
 	// AllowPrivate (WEBHOOK_ALLOW_PRIVATE=1) lets deliveries connect to
 	// any address: loopback, private, link-local, this host's own.
 	// Development only.

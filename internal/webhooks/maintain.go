@@ -10,7 +10,8 @@ import (
 
 // MaintenanceLockID is the advisory lock (namespace 0x70700012) that lets
 // one deliverer at a time maintain the events partitions; the maintenance
-// service holds it transaction-scoped (package maintenance).
+// service holds it on the connection the chore runs on (package
+// maintenance).
 const MaintenanceLockID = 0x70700012
 
 // EventsMaintenance says what one run of the events partition maintenance
@@ -28,6 +29,7 @@ func newMaintenance(d *Deliverer) (*maintenance.Service[EventsMaintenance], erro
 		LockID:   MaintenanceLockID,
 		Interval: d.cfg.MaintenanceInterval,
 		Logger:   d.log,
+		Pooled:   d.cfg.Pooled,
 	}, d.maintainPartitions)
 }
 
@@ -37,16 +39,12 @@ func (d *Deliverer) Maintenance() *maintenance.Service[EventsMaintenance] { retu
 
 // maintainPartitions is the maintenance chore: it creates the events
 // tables' days ahead and drops the days past Retention (never one with a
-// pending delivery). It sets nothing in a session, so it runs the same
-// behind a transaction pooler: a DETACH … CONCURRENTLY cut off by the
-// statement timeout is left pending and finished by a later run.
-func (d *Deliverer) maintainPartitions(ctx context.Context) (EventsMaintenance, error) {
+// pending delivery), on conn, the connection that holds the maintenance
+// lock. It sets nothing in a session: a DETACH … CONCURRENTLY cut off by
+// the statement timeout is left pending and finished by a later run; behind
+// a transaction pooler the plain DETACH is used (maintenance.Conn).
+func (d *Deliverer) maintainPartitions(ctx context.Context, conn *maintenance.Conn) (EventsMaintenance, error) {
 	var res EventsMaintenance
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		return res, err
-	}
-	defer conn.Release()
 	created, cerr := events.EnsurePartitions(ctx, conn)
 	res.Created = created
 	if created > 0 {

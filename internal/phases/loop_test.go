@@ -1,0 +1,121 @@
+package phases
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/harness/testdb"
+	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/reaper"
+)
+
+// An arrow that fails after its step's foreign call, with anything but the
+// database being unavailable (its own error, a zero Transition, a
+// statement the database refuses, a row that does not decode), ended the
+// run with the lease held and no attempt counted. The reaper took the key
+// over at every lease's end and made the foreign call again, for ever:
+// GIVE_UP_AFTER never applied, the key never needed attention, and
+// retention kept its partition. Every such run now releases its lease
+// counting an attempt, so that the retry schedule spaces the attempts out
+// and GIVE_UP_AFTER hands the key to an operator, with the error's words
+// for the tenant ("internal error") and its text for the operator
+// (last_error_detail).
+func TestFailingArrowEndsInNeedsAttention(t *testing.T) {
+	t.Parallel()
+	for name, commit := range map[string]func(context.Context, *Tx, *Run[struct{}]) (Transition, error){
+		"its own error": func(context.Context, *Tx, *Run[struct{}]) (Transition, error) {
+			return Transition{}, errors.New("the arrow's own bug")
+		},
+		"a zero transition": func(context.Context, *Tx, *Run[struct{}]) (Transition, error) {
+			return Transition{}, nil
+		},
+		"a refused statement": func(_ context.Context, tx *Tx, _ *Run[struct{}]) (Transition, error) {
+			tx.Queue(`SELECT 1 / 0`)
+			return Respond(idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{}`)}), nil
+		},
+		"a row that does not decode": func(ctx context.Context, tx *Tx, _ *Run[struct{}]) (Transition, error) {
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT 'not a number'`).Scan(&n); err != nil {
+				return Transition{}, err
+			}
+			return Respond(idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{}`)}), nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testFailingArrowEndsInNeedsAttention(t, commit)
+		})
+	}
+}
+
+func testFailingArrowEndsInNeedsAttention(t *testing.T, commit func(context.Context, *Tx, *Run[struct{}]) (Transition, error)) {
+	ctx := context.Background()
+	w := setupRaw(t)
+	// A schedule in minutes, moved by the database's clock: attempts a
+	// minute, then two, apart; given up ten minutes after the claim.
+	var err error
+	w.store, err = idempotency.NewStore(idempotency.Config{Lease: time.Minute, RetryBase: time.Minute,
+		RetryMax: 2 * time.Minute, GiveUpAfter: 10 * time.Minute})
+	require.NoError(t, err)
+	var calls atomic.Int32
+	op := &Operation[struct{}]{
+		Name: "things.fail", ResumeSpan: "things.fail.resume", Path: pokePattern,
+		Load: func(context.Context, idempotency.DBTX, *idempotency.Lease) (struct{}, error) { return struct{}{}, nil },
+		Steps: []Step[struct{}]{{
+			Call: func(context.Context, *Run[struct{}]) (psp.Outcome, error) {
+				calls.Add(1)
+				return psp.Outcome{Class: psp.ClassSuccess}, nil
+			},
+			Arrows: []Arrow[struct{}]{{To: idempotency.PointDone, Commit: commit}},
+		}},
+	}
+	// A process (an api's engine, or a reaper driving one) at offset on
+	// the database's clock, for one run.
+	process := func(offset time.Duration, run func(*Engine, *reaper.Reaper)) {
+		pool := testdb.Pool(t, w.url, w.t0.Add(offset), func(cfg *pgxpool.Config) { cfg.MaxConns = 2 })
+		defer pool.Close()
+		e, err := New(pool, w.store, Config{})
+		require.NoError(t, err)
+		defer e.Wait()
+		Register(e, op)
+		r, err := reaper.New(pool, w.store, e, reaper.Config{})
+		require.NoError(t, err)
+		run(e, r)
+	}
+
+	process(0, func(e *Engine, _ *reaper.Reaper) {
+		_, err := Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`)))
+		require.Error(t, err)
+	})
+	// A reaper pass every three minutes of the database's clock, for half
+	// an hour: past every lease, and past GIVE_UP_AFTER.
+	for at := 3 * time.Minute; at <= 30*time.Minute; at += 3 * time.Minute {
+		process(at, func(_ *Engine, r *reaper.Reaper) {
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err, "at +%s", at)
+		})
+	}
+
+	var (
+		state, lastError, detail string
+		attempts                 int
+		leased                   bool
+	)
+	require.NoError(t, w.pool(t, 30*time.Minute).QueryRow(ctx, `
+SELECT state, attempts, coalesce(locked_until > phasepay_now(), false), coalesce(last_error, ''), coalesce(last_error_detail, '')
+  FROM idempotency_keys WHERE tenant_id = $1 AND key = 'k'`, w.tenant).Scan(&state, &attempts, &leased, &lastError, &detail))
+	require.Equal(t, string(idempotency.StateNeedsAttention), state,
+		"%d foreign calls in half an hour, %d attempts counted: the key is never given up", calls.Load(), attempts)
+	require.False(t, leased)
+	require.Equal(t, int(calls.Load()), attempts, "every run that called counted its attempt")
+	require.LessOrEqual(t, attempts, 7, "the schedule spaced the attempts out")
+	require.Equal(t, idempotency.ReasonInternal, lastError, "the tenant reads stable words")
+	require.NotEmpty(t, detail, "the operator reads what went wrong")
+}
