@@ -86,7 +86,8 @@ func testChoreDiesWithItsLock(t *testing.T, pool, direct *pgxpool.Pool, pooled b
 	var killed bool
 	require.NoError(t, direct.QueryRow(ctx, `
 SELECT pg_terminate_backend(pid, 10000) FROM pg_locks
- WHERE locktype = 'advisory' AND granted AND (classid::bigint << 32 | objid::bigint) = $1`, int64(lockID)).Scan(&killed))
+ WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND (classid::bigint << 32 | objid::bigint) = $1`, int64(lockID)).Scan(&killed))
 	require.True(t, killed, "the lock's backend is gone")
 	_, ran, err := b.RunOnce(ctx)
 	require.NoError(t, err)

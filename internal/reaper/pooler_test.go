@@ -74,7 +74,9 @@ func TestPartitionMaintenanceBehindATransactionPooler(t *testing.T) {
 
 	var held int
 	require.NoError(t, b.Pool.QueryRow(ctx, `
-SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = $1`, reaper.MaintenanceLockID).Scan(&held))
+SELECT count(*) FROM pg_locks
+ WHERE locktype = 'advisory' AND granted AND objid = $1
+   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, reaper.MaintenanceLockID).Scan(&held))
 	require.Zero(t, held, "a maintenance lock outlived its run")
 	_, ran, err := other.Maintenance().RunOnce(ctx)
 	require.NoError(t, err)
