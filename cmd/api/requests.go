@@ -201,9 +201,11 @@ var requestsResolveCommand = &command{
 	args:    "TENANT KEY --as failed|succeeded --reason TEXT [--by NAME] [--force]",
 	summary: "settle a needs_attention request after checking the PSP by hand",
 	help: `The key is checked first: only a needs_attention request can be resolved.
-Then phasepay looks the charge up at the PSP (PSP_URL, or every PSP of PSPS:
-export the api's value in this shell) and refuses, exit 1, when the PSP's
-books contradict --as. --force skips that lookup, only for when the PSP cannot
+Then phasepay looks the request's operation up at the PSP (PSP_URL, or every
+PSP of PSPS: export the api's value in this shell): a charge's authorization
+at every PSP it was sent to; a capture, void or refund at the PSP that holds
+the charge's authorization. It refuses, exit 1, when the PSP's books
+contradict --as. --force skips that lookup, only for when the PSP cannot
 be reached. The resolution, its reason and the operator (--by; without it
 $USER, else the name of the account running the command) are recorded and
 shown by requests show and the console. The reason is the operator's alone:
@@ -214,7 +216,7 @@ written in the request's timeline too.`,
 		as := fs.String("as", "", "failed or succeeded")
 		reason := fs.String("reason", "", "why (recorded)")
 		by := fs.String("by", "", "the operator's name (default: $USER, else the account running the command)")
-		force := fs.Bool("force", false, "do not look the charge up at the PSP")
+		force := fs.Bool("force", false, "do not look the operation up at the PSP")
 		return func(ctx context.Context, inv *invocation) error {
 			if len(inv.args) != 2 {
 				return usageErrorf("TENANT and KEY are required")

@@ -14,15 +14,16 @@ import (
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
-// An operator settles a charge request that needs attention (`api requests
+// An operator settles a request that needs attention (`api requests
 // resolve`) after checking the PSP by hand. The resolution is written like
-// any last phase: the charge's end, the stored answer and an audit record in
+// any last phase: the object's end, the stored answer and an audit record in
 // one transaction, fenced by a lease taken for the resolution. Before that,
-// the PSP is asked what it holds for the charge, and an answer that
-// contradicts the operator stops the resolution: an authorization marked
-// failed would leave the customer's funds held with nobody to release them;
-// a charge marked succeeded that the PSP never authorized could never be
-// captured.
+// the PSP is asked what it holds for the request's object, and an answer
+// that contradicts the operator stops the resolution: an authorization
+// marked failed would leave the customer's funds held with nobody to release
+// them; a charge marked succeeded that the PSP never authorized could never
+// be captured. This file settles charges; resolve_settlement.go captures,
+// voids and refunds.
 
 // ResolveAs is how an operator settles a request.
 type ResolveAs string
@@ -96,7 +97,28 @@ func (s *Service) Resolve(ctx context.Context, tenantID int64, key string, r Res
 	return resp, nil
 }
 
+// resolve settles the request the lease holds by the operation that runs
+// it: each looks up, and settles, its own object. A capture's key created
+// no charge; read as one, its resolution would find none and settle the
+// request without asking the PSP (pitfall 120 "A capture, void or refund
+// resolved as if it were a new charge").
 func (s *Service) resolve(ctx context.Context, lease *idempotency.Lease, r Resolution) (idempotency.Response, error) {
+	switch op := lease.Record.Operation; {
+	case op == s.authorize.Name:
+		return s.resolveCharge(ctx, lease, r)
+	case s.capture != nil && op == s.capture.Name:
+		return s.resolveSettlement(ctx, lease, r, psp.KindCapture)
+	case s.void != nil && op == s.void.Name:
+		return s.resolveSettlement(ctx, lease, r, psp.KindVoid)
+	case s.refund != nil && op == s.refund.Name:
+		return s.resolveRefund(ctx, lease, r)
+	}
+	return idempotency.Response{}, fmt.Errorf("resolve %q: no resolution for operation %q", lease.Record.Key, lease.Record.Operation)
+}
+
+// resolveCharge settles an authorization (charges.create): the charge's
+// end, looked up at every PSP the charge was sent to.
+func (s *Service) resolveCharge(ctx context.Context, lease *idempotency.Lease, r Resolution) (idempotency.Response, error) {
 	charge, err := chargeByKey(ctx, s.pool, lease.Record.ID())
 	if errors.Is(err, ErrNotFound) {
 		// Stopped before its charge existed: nothing can have reached the
@@ -128,8 +150,7 @@ func (s *Service) resolve(ctx context.Context, lease *idempotency.Lease, r Resol
 		}
 	}
 
-	var resp idempotency.Response
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return s.settle(ctx, lease, r, pspSaid, func(tx pgx.Tx) (idempotency.Response, error) {
 		if charge != nil {
 			var ref *string
 			if auth != nil {
@@ -145,7 +166,7 @@ func (s *Service) resolve(ctx context.Context, lease *idempotency.Lease, r Resol
 				holder = ""
 			}
 			if _, err := tx.Exec(ctx, resolveChargeSQL, charge.TenantID, charge.ID, status, ref, reason, holder); err != nil {
-				return fmt.Errorf("resolve charge %s: %w", charge.ID, err)
+				return idempotency.Response{}, fmt.Errorf("resolve charge %s: %w", charge.ID, err)
 			}
 			charge.Status, charge.FailureReason = status, reason
 			if ref != nil {
@@ -157,15 +178,31 @@ func (s *Service) resolve(ctx context.Context, lease *idempotency.Lease, r Resol
 			// The operator's settlement is a status change like any:
 			// its event commits with it.
 			if err := writeStatusEvent(ctx, tx, charge); err != nil {
-				return err
+				return idempotency.Response{}, err
 			}
 		}
-		resp = resolvedResponse(charge, r)
+		return resolvedResponse(charge, r), nil
+	})
+}
+
+// settle commits a resolution: write's changes to the request's object and
+// the answer it returns, the audit record and the timeline's entry, and
+// the answer stored, in one transaction fenced by the lease (Finish).
+func (s *Service) settle(ctx context.Context, lease *idempotency.Lease, r Resolution, pspSaid string,
+	write func(pgx.Tx) (idempotency.Response, error)) (idempotency.Response, error) {
+	var resp idempotency.Response
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		if resp, err = write(tx); err != nil {
+			return err
+		}
 		rec := lease.Record
 		if _, err := tx.Exec(ctx, insertResolutionSQL, rec.TenantID, rec.Key, rec.CreatedAt, string(r.As), r.Reason, r.By,
 			r.Force, pspSaid); err != nil {
 			return fmt.Errorf("record resolution: %w", err)
 		}
+		// Noted last: Finish writes it, and a failure before would leave
+		// it to the refusal's entries.
 		lease.Note(idempotency.Entry{Kind: idempotency.KindResolved, By: idempotency.RoleOperator,
 			Operator: r.By, As: string(r.As), Detail: r.Reason})
 		return lease.Finish(ctx, tx, resp)
@@ -239,10 +276,18 @@ func resolvedResponse(c *Charge, r Resolution) idempotency.Response {
 	if r.As == ResolveSucceeded {
 		return response(c)
 	}
-	p := problem.New(http.StatusPaymentRequired, problem.PaymentFailed, "The payment failed: "+ResolvedFailedReason+".")
-	if c != nil {
-		p.Charge = c.ID
+	if c == nil {
+		return resolvedFailure("")
 	}
+	return resolvedFailure(c.ID)
+}
+
+// resolvedFailure is the answer stored for a request resolved as failed:
+// 402 payment_failed in ResolvedFailedReason's words, naming the charge
+// (none when chargeID is empty).
+func resolvedFailure(chargeID string) idempotency.Response {
+	p := problem.New(http.StatusPaymentRequired, problem.PaymentFailed, "The payment failed: "+ResolvedFailedReason+".")
+	p.Charge = chargeID
 	return idempotency.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
 }
 

@@ -1,7 +1,6 @@
 package console
 
 import (
-	"cmp"
 	"errors"
 	"net/http"
 	"net/url"
@@ -26,7 +25,19 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errNotFound)
 		return
 	}
-	_, err := s.cfg.Desk.Retry(r.Context(), tenant, key, cmp.Or(strings.TrimSpace(r.PostFormValue("by")), "console"))
+	// The operator names themselves, as --by does on the command line:
+	// a retry recorded under no one's name tells an incident's review
+	// nothing.
+	var err error
+	switch by := strings.TrimSpace(r.PostFormValue("by")); {
+	case by == "":
+		err = badRequest{"Your name is required: it is recorded with the retry."}
+	case !validText(by):
+		err = badRequest{"The name must be text."}
+	default:
+		s.cfg.Logger.Info("console: retrying a request", "tenant", tenant, "key", key, "by", by)
+		_, err = s.cfg.Desk.Retry(r.Context(), tenant, key, by)
+	}
 	s.acted(w, r, tenant, key, "retried", err)
 }
 

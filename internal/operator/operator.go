@@ -30,7 +30,7 @@ type Config struct {
 	// Keys is the idempotency store's configuration (LEASE and the retry
 	// schedule): a resolution holds the key under a lease of Keys.Lease.
 	Keys idempotency.Config
-	// PSPURL is the one PSP a resolution looks the charge up at (PSP_URL,
+	// PSPURL is the one PSP a resolution looks the operation up at (PSP_URL,
 	// with "embedded" already turned into the embedded mock's address).
 	// Ignored when Routing names several PSPs.
 	PSPURL string
@@ -48,7 +48,7 @@ type Config struct {
 // configured. The way out is the api's PSP_URL (or PSPS) in the
 // operator's shell; Force is only for a PSP that cannot be reached, so
 // the message names it second.
-var ErrPSPRequired = errors.New("no PSP to look the charge up at: export PSP_URL=… (or PSPS=…) as the api has it, and run this again; " +
+var ErrPSPRequired = errors.New("no PSP to look the operation up at: export PSP_URL=… (or PSPS=…) as the api has it, and run this again; " +
 	"only if that PSP cannot be reached, resolve with --force after checking its books by hand")
 
 // Desk acts on requests for an operator. It is safe for concurrent use.

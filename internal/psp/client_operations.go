@@ -113,21 +113,33 @@ func (c *Client) OperateOutcome(ctx context.Context, req OperationRequest) (Outc
 	out, err := c.settle(ctx, req.FirstSend,
 		func(ctx context.Context) (Outcome, error) { return c.sendOperation(ctx, req, body) },
 		func(ctx context.Context) (Outcome, bool, error) {
-			list, err := c.LookupOperations(ctx, req.Kind, req.Reference)
-			if err != nil {
+			op, found, err := c.FindOperation(ctx, req)
+			if err != nil || !found {
 				return Outcome{}, false, err
 			}
-			i := slices.IndexFunc(list, func(op Operation) bool { return op.Authorization == req.Authorization })
-			if i < 0 {
-				return Outcome{}, false, nil
-			}
-			return Outcome{Class: ClassSuccess, Operation: list[i]}, true, nil
+			return Outcome{Class: ClassSuccess, Operation: op}, true, nil
 		})
 	out.Call, out.Key = req.Kind.Call(), req.IdempotencyKey
 	if err != nil {
 		return out, fmt.Errorf("%s %s: %w", req.Kind, req.IdempotencyKey, err)
 	}
 	return out, nil
+}
+
+// FindOperation looks up the operation of req.Kind made for req.Reference on
+// req.Authorization, and reports whether the PSP holds it. An operator's
+// resolution asks it before settling a capture, void or refund. Errors as
+// Lookup's.
+func (c *Client) FindOperation(ctx context.Context, req OperationRequest) (Operation, bool, error) {
+	list, err := c.LookupOperations(ctx, req.Kind, req.Reference)
+	if err != nil {
+		return Operation{}, false, err
+	}
+	i := slices.IndexFunc(list, func(op Operation) bool { return op.Authorization == req.Authorization })
+	if i < 0 {
+		return Operation{}, false, nil
+	}
+	return list[i], true, nil
 }
 
 // LookupOperations asks the PSP for every operation of kind made for

@@ -36,6 +36,7 @@ import (
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/maintenance"
+	"github.com/phasepay/phasepay/internal/tenants"
 )
 
 // Defaults of Config.
@@ -106,9 +107,9 @@ type Reaper struct {
 	maintenance *maintenance.Service[*MaintenanceResult]
 
 	// overdueWarning and attentionWarning space the census's warnings;
-	// names names tenants in log lines (warnings.go).
+	// names names tenants in log lines.
 	overdueWarning, attentionWarning countWarning
-	names                            tenantNames
+	names                            *tenants.NameCache
 	// background: releases of batch takeovers whose answer was lost
 	// (releaseLost).
 	background sync.WaitGroup
@@ -151,7 +152,7 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, ops Resumer, cfg Config) (
 	if err != nil {
 		return nil, err
 	}
-	r := &Reaper{cfg: cfg, pool: pool, keys: keys, ops: ops, log: cfg.Logger, m: m, names: tenantNames{q: pool}}
+	r := &Reaper{cfg: cfg, pool: pool, keys: keys, ops: ops, log: cfg.Logger, m: m, names: tenants.NewNameCache(pool)}
 	r.maintenance, err = maintenance.New(pool, maintenance.Config{
 		Name:     "key partition maintenance",
 		LockID:   MaintenanceLockID,
@@ -358,10 +359,7 @@ func (r *Reaper) driveOne(ctx context.Context, lease *idempotency.Lease, res *Pa
 // (bin/api requests show TENANT KEY takes it), or its id when the name
 // cannot be read now.
 func (r *Reaper) tenant(ctx context.Context, id int64) slog.Attr {
-	if name := r.names.name(ctx, id); name != "" {
-		return slog.String("tenant", name)
-	}
-	return slog.Int64("tenant_id", id)
+	return r.names.Attr(ctx, id)
 }
 
 // resume drives one key through the operation its claim named.

@@ -1,11 +1,8 @@
 package reaper
 
 import (
-	"context"
 	"sync"
 	"time"
-
-	"github.com/phasepay/phasepay/internal/tenants"
 )
 
 // WarnRepeat is how often the reaper repeats a warning whose count has not
@@ -39,35 +36,4 @@ func (w *countWarning) next(n int64, now time.Time) (warn, ended bool) {
 		return false, true
 	}
 	return false, false
-}
-
-// tenantNames names tenants in the reaper's log lines, as every other
-// line names them, from a cache filled on first use: a tenant's name never
-// changes (bin/api keys create names it once).
-type tenantNames struct {
-	q     tenants.DBTX
-	mu    sync.Mutex
-	names map[int64]string
-}
-
-// name returns the tenant's name, or "" if it cannot be read now (the
-// line then carries the id alone).
-func (t *tenantNames) name(ctx context.Context, id int64) string {
-	t.mu.Lock()
-	name, ok := t.names[id]
-	t.mu.Unlock()
-	if ok {
-		return name
-	}
-	names, err := tenants.Names(ctx, t.q, []int64{id})
-	if err != nil || names[id] == "" {
-		return ""
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.names == nil {
-		t.names = map[int64]string{}
-	}
-	t.names[id] = names[id]
-	return names[id]
 }

@@ -22,6 +22,7 @@ type Client interface {
 	AuthorizeOutcome(ctx context.Context, req psp.AuthorizeRequest) (psp.Outcome, error)
 	OperateOutcome(ctx context.Context, req psp.OperationRequest) (psp.Outcome, error)
 	Lookup(ctx context.Context, reference string) ([]psp.Authorization, error)
+	FindOperation(ctx context.Context, req psp.OperationRequest) (psp.Operation, bool, error)
 }
 
 // Options are a Router's optional collaborators.
@@ -270,6 +271,18 @@ func (r *Router) LookupAt(ctx context.Context, name, reference string) ([]psp.Au
 	list, err := c.Lookup(ctx, reference)
 	r.requests.Add(ctx, 1, r.requestAttrs.Get([2]string{name, "lookup"}))
 	return list, err
+}
+
+// FindOperation looks a capture, void or refund up at req.PSP, the PSP
+// that holds its authorization (psp.Client.FindOperation).
+func (r *Router) FindOperation(ctx context.Context, req psp.OperationRequest) (psp.Operation, bool, error) {
+	name, c, err := r.client(req.PSP)
+	if err != nil {
+		return psp.Operation{}, false, err
+	}
+	op, found, err := c.FindOperation(ctx, req)
+	r.requests.Add(ctx, 1, r.requestAttrs.Get([2]string{name, "lookup"}))
+	return op, found, err
 }
 
 // Lookup looks reference up at every PSP (an operator's resolution asks

@@ -71,7 +71,7 @@ func (d *Deliverer) attempt(ctx context.Context, dl delivery) {
 		// The tenant reads errText; the raw cause (which may name the
 		// address dialled or the resolver) is the operator's. Never the
 		// URL: its query may carry a token.
-		attrs := []any{"event", dl.EventID, "endpoint", dl.EndpointID, "tenant", dl.TenantID, "host", dl.Host, "error", errText}
+		attrs := []any{"event", dl.EventID, "endpoint", dl.EndpointID, d.names.Attr(ctx, dl.TenantID), "host", dl.Host, "error", errText}
 		if cause != nil {
 			attrs = append(attrs, "cause", cause.Error())
 		}
@@ -94,7 +94,7 @@ func (d *Deliverer) attempt(ctx context.Context, dl delivery) {
 		case "failed":
 			d.m.failed.Add(ctx, 1, ep)
 			d.log.WarnContext(ctx, "webhook delivery given up", "event", dl.EventID, "endpoint", dl.EndpointID,
-				"tenant", dl.TenantID, "host", dl.Host, "attempts", res.Attempt, "error", errText)
+				d.names.Attr(ctx, dl.TenantID), "host", dl.Host, "attempts", res.Attempt, "error", errText)
 		}
 	}
 	if d.TestAttemptDone != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/maintenance"
+	"github.com/phasepay/phasepay/internal/tenants"
 )
 
 // Defaults of DelivererConfig.
@@ -118,8 +119,12 @@ type Deliverer struct {
 	m      instruments
 
 	caps caps
-	mu   sync.Mutex
-	load *load // attempts in flight (fair.go)
+	// names names tenants in log lines, as the reaper's and the
+	// commands' lines do (pitfall 121 "A log line that names a tenant by
+	// a number").
+	names *tenants.NameCache
+	mu    sync.Mutex
+	load  *load // attempts in flight (fair.go)
 
 	maintenance *maintenance.Service[EventsMaintenance]
 	// TestAttemptDone, if set, is called after each attempt is recorded
@@ -163,7 +168,7 @@ func NewDeliverer(pool *pgxpool.Pool, cfg DelivererConfig) (*Deliverer, error) {
 	if client == nil {
 		client = NewClient(cfg.Timeout, NewGuard(cfg.AllowPrivate))
 	}
-	d := &Deliverer{cfg: cfg, pool: pool, client: client, log: cfg.Logger, m: m, load: newLoad(),
+	d := &Deliverer{cfg: cfg, pool: pool, client: client, log: cfg.Logger, m: m, load: newLoad(), names: tenants.NewNameCache(pool),
 		caps: caps{parallelism: cfg.Parallelism, perHost: cfg.PerHost, perEndpoint: cfg.PerEndpoint}}
 	if d.maintenance, err = newMaintenance(d); err != nil {
 		return nil, err

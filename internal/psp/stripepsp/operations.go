@@ -280,6 +280,17 @@ func (c *Client) lookOperation(ctx context.Context, req psp.OperationRequest) (p
 	return foundOutcome(psp.Outcome{Class: psp.ClassSuccess, Operation: op}), true, nil
 }
 
+// FindOperation reads whether the capture, void or refund req names is done
+// at Stripe (lookOperation), for an operator's resolution: found reports
+// whether Stripe holds it.
+func (c *Client) FindOperation(ctx context.Context, req psp.OperationRequest) (psp.Operation, bool, error) {
+	out, found, err := c.lookOperation(ctx, req)
+	if err != nil || !found {
+		return psp.Operation{}, false, err
+	}
+	return out.Operation, true, nil
+}
+
 // lookRefund lists the PaymentIntent's refunds (consistent) for the one
 // whose metadata names req's refund and that succeeded or is pending.
 func (c *Client) lookRefund(ctx context.Context, req psp.OperationRequest) (psp.Outcome, bool, error) {
