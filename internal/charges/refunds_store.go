@@ -12,6 +12,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/psp"
 )
 
 // RefundStatus is where a refund stands with the PSP.
@@ -38,8 +39,9 @@ type Refund struct {
 	CreatedAt    time.Time
 
 	failureReason *string
-	authorization string // the charge's PSP authorization, for the PSP call
-	psp           string // the PSP that holds it, where the refund goes
+	authorization string      // the charge's PSP authorization, for the PSP call
+	psp           string      // the PSP that holds it, where the refund goes
+	answer        psp.Outcome // the PSP's answer to this run's call
 }
 
 // MarshalJSON renders the API's refund object.

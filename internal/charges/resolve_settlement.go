@@ -36,7 +36,7 @@ type OperationFinder interface {
 
 // resolveSettlement settles a needs_attention capture or void (kind).
 func (s *Service) resolveSettlement(ctx context.Context, lease *idempotency.Lease, r Resolution, kind psp.OperationKind) (idempotency.Response, error) {
-	c, err := loadCharge(ctx, s.pool, lease)
+	c, err := chargeOfKey(ctx, s.pool, lease.Record)
 	if err != nil {
 		return idempotency.Response{}, err
 	}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/jsonbody"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/problem"
@@ -57,7 +56,7 @@ func lockCharge(ctx context.Context, tx *phases.Tx, tenantID int64, id string) (
 // admitSettlement turns away, before the key is claimed, a capture or void
 // of a charge that does not exist for the tenant (404) or whose
 // authorization is not finished (409 charge_pending): neither is stored.
-func admitSettlement(ctx context.Context, tx *phases.Tx, tenantID int64, req idempotency.Canonical) error {
+func admitSettlement(ctx context.Context, tx *phases.Tx, tenantID int64, req phases.Request) error {
 	c, err := chargeByID(ctx, tx, tenantID, chargeOfPath(req.Path))
 	if err != nil {
 		return err
@@ -71,25 +70,31 @@ func admitSettlement(ctx context.Context, tx *phases.Tx, tenantID int64, req ide
 // chargeOfPath is the {id} of /v1/charges/{id}/capture or /void.
 func chargeOfPath(path string) string { return phases.Segment(CapturePath, path, "id") }
 
+// chargeOfRequest is the ObjectID of a capture or void: the charge in its
+// path, whatever the incarnation.
+func chargeOfRequest(_ int64, _ string, req phases.Request, _ phases.Incarnation) string {
+	return chargeOfPath(req.Path)
+}
+
 // pathOf is the request path of a capture or void (pattern) of a charge:
 // the one spelling of it, for the parsed request's fingerprint and the raw
-// one alike (see phases.Raw).
+// one alike (see phases.AsSent).
 func pathOf(pattern, chargeID string) string { return strings.Replace(pattern, "{id}", chargeID, 1) }
 
 // refusal is the stored answer of a request the charge's state does not
 // allow: a 400 with code, naming the charge.
-func refusal(code problem.Code, chargeID, detail string) idempotency.Response {
+func refusal(code problem.Code, chargeID, detail string) phases.Response {
 	p := problem.New(http.StatusBadRequest, code, detail)
 	p.Charge = chargeID
-	return idempotency.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
+	return phases.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
 }
 
 // failure is the stored answer of an operation the PSP refused: 402
 // payment_failed with the PSP's reason, naming the charge.
-func failure(chargeID, reason string) idempotency.Response {
+func failure(chargeID, reason string) phases.Response {
 	p := problem.New(http.StatusPaymentRequired, problem.PaymentFailed, "The payment failed: "+reason)
 	p.Charge = chargeID
-	return idempotency.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
+	return phases.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
 }
 
 // decode decodes a body strictly (package jsonbody), its refusals as a
@@ -104,8 +109,8 @@ func decode(body []byte, v any) error {
 
 // settleCall is the foreign call of a capture or void: the charge's
 // authorization, under the key derived from the charge and the kind.
-func settleCall(o Operator, kind psp.OperationKind, suffix string, amount func(*Charge, idempotency.Canonical) int64) func(context.Context, *phases.Run[*Charge]) (psp.Outcome, error) {
-	return func(ctx context.Context, run *phases.Run[*Charge]) (psp.Outcome, error) {
+func settleCall(o Operator, kind psp.OperationKind, suffix string, amount func(*Charge, phases.Request) int64) func(context.Context, *phases.Run[*Charge]) (phases.CallOutcome, error) {
+	return func(ctx context.Context, run *phases.Run[*Charge]) (phases.CallOutcome, error) {
 		c := run.Object
 		// To the PSP that holds the authorization (routing between PSPs).
 		req := psp.OperationRequest{Kind: kind, IdempotencyKey: c.ID + ":" + suffix, FirstSend: run.Fresh, Reference: c.ID, PSP: c.PSP}
@@ -115,7 +120,9 @@ func settleCall(o Operator, kind psp.OperationKind, suffix string, amount func(*
 		if amount != nil {
 			req.Amount = amount(c, run.Request())
 		}
-		return operate(ctx, o, req)
+		out, err := operate(ctx, o, req)
+		c.answer = out
+		return called(out, err)
 	}
 }
 
@@ -139,9 +146,9 @@ UPDATE charges
 // recordSettlement is the arrow after a capture's or void's PSP call, and
 // on success its event in the same transaction. A refusal ends the request
 // at once with 402 payment_failed.
-func recordSettlement(success Status) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Transition, error) {
-	return func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
-		c, out := run.Object, run.Outcome
+func recordSettlement(success Status) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Next, error) {
+	return func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Next, error) {
+		c, out := run.Object, run.Object.answer
 		ok := out.Class == psp.ClassSuccess
 		if ok {
 			c.Status = success
@@ -154,20 +161,20 @@ func recordSettlement(success Status) func(context.Context, *phases.Tx, *phases.
 			return phases.Respond(failure(c.ID, out.Reason)), nil // the status did not change: no event
 		}
 		if err := writeStatusEvent(ctx, tx, c); err != nil { // charge.captured or .voided, with the change
-			return phases.Transition{}, err
+			return phases.Next{}, err
 		}
-		return phases.Next(), nil
+		return phases.Proceed(), nil
 	}
 }
 
 // answerCharge is the last arrow of a capture or void: 200 with the charge.
-func answerCharge(_ context.Context, _ *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
+func answerCharge(_ context.Context, _ *phases.Tx, run *phases.Run[*Charge]) (phases.Next, error) {
 	return phases.Respond(jsonResponse(http.StatusOK, run.Object)), nil
 }
 
 // loadCharge reads the charge of a capture or void being resumed.
-func loadCharge(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (*Charge, error) {
-	return chargeByID(ctx, q, lease.Record.TenantID, chargeOfPath(lease.Record.Request.Path))
+func loadCharge(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (*Charge, error) {
+	return chargeOfKey(ctx, tx, run.Lease.Record)
 }
 
 const claimSettlementSQL = `UPDATE charges SET settlement = $3, updated_at = phasepay_now() WHERE tenant_id = $1 AND id = $2`

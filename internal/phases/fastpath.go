@@ -19,7 +19,7 @@ import (
 // one to take over, one in progress) goes on to the claim, which reads the
 // whole row again.
 //
-// A request as it came (AsSent) whose key was seen is read before it is
+// A body as it came (AsSent) whose key was seen is read before it is
 // even parsed: when the body's raw fingerprint is the stored fingerprint
 // (idempotency.RawFingerprint), the body is the stored canonical body, byte
 // for byte, of a request that was parsed and validated when the key was
@@ -36,29 +36,29 @@ import (
 // fastPath answers a probable retry from one read. Otherwise it returns the
 // parsed request for the claim (answered false). It never reads a key
 // twice before its claim.
-func fastPath[S any](ctx context.Context, e *Engine, op *registered[S], tenantID int64, key string, req Request) (parsed idempotency.Canonical, res Result, answered bool, err error) {
+func fastPath[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64, key, path string, body Body) (parsed Request, res Result, answered bool, err error) {
 	day, seen := e.hints.seen(tenantID, key)
 	if !seen {
 		// Most likely new: parsed first, as always, and its claim reads
 		// the key if it exists.
-		parsed, err = req.parse()
+		parsed, err = op.parse(path, body)
 		return parsed, Result{}, err != nil, err
 	}
 	peek := e.peek(ctx, tenantID, key, day)
-	if peek.err == nil && req.raw != nil {
-		fp := idempotency.RawFingerprint(req.raw.Method, req.raw.Path, req.raw.Body)
+	if peek.err == nil && body.parsed == nil {
+		fp := idempotency.RawFingerprint(op.Method, path, body.sent)
 		if peek.rec.Request.Fingerprint == fp {
 			switch idempotency.Decide(peek.rec, fp) {
 			case idempotency.Replay, idempotency.NotDue, idempotency.Unresolved:
 				res, err = answer(ctx, e, op, peek.rec, fp)
-				return idempotency.Canonical{}, res, true, err
+				return Request{}, res, true, err
 			}
 		}
 	}
 	// A read that failed is the request's error once the request is known
 	// valid: an invalid body is a 400 whatever the database.
-	if parsed, err = req.parse(); err != nil {
-		return idempotency.Canonical{}, Result{}, true, err
+	if parsed, err = op.parse(path, body); err != nil {
+		return Request{}, Result{}, true, err
 	}
 	switch {
 	case peek.err == nil:

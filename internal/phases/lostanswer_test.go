@@ -3,7 +3,6 @@ package phases
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"io"
 	"net"
 	"net/url"
@@ -126,11 +125,11 @@ func testLostClaimAnswerReleasesTheLease(t *testing.T, timelineOff bool) {
 
 	// Statements prepared on the pool's one connection first, so that the
 	// next exchange is the claim itself.
-	_, err = Do(ctx, e, op, w.tenant, "warm", AsSent(w.raw("a", `{"n":1}`)))
+	_, err = Do(ctx, e, op, w.tenant, "warm", pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.NoError(t, err)
 
 	dropper.armed.Store(true)
-	_, err = Do(ctx, e, op, w.tenant, "lost", AsSent(w.raw("a", `{"n":1}`)))
+	_, err = Do(ctx, e, op, w.tenant, "lost", pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.Error(t, err)
 	require.True(t, dbstate.Unavailable(err), "%v", err)
 	<-dropper.cut
@@ -143,7 +142,7 @@ func testLostClaimAnswerReleasesTheLease(t *testing.T, timelineOff bool) {
 	require.False(t, rec.Leased, "the lost claim's lease was not released")
 	require.Zero(t, rec.Attempts, "a lost answer is not an attempt")
 
-	res, err := Do(ctx, e, op, w.tenant, "lost", AsSent(w.raw("a", `{"n":1}`)))
+	res, err := Do(ctx, e, op, w.tenant, "lost", pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.NoError(t, err, "the client's retry is not kept waiting for the lease")
 	require.Equal(t, OutcomeTakeover, res.Outcome)
 	require.Equal(t, 201, res.Response.Status)
@@ -162,15 +161,9 @@ func TestLostTakeoverAnswerReleasesTheLease(t *testing.T) {
 	ctx := context.Background()
 	w := setupRaw(t)
 	const key = "a-key-taken-over"
-	crash := errors.New("crash")
-	dead, op := w.engineWith(t, w.pool(t, 0), Config{CrashHook: func(_ context.Context, at CrashPoint) error {
-		if at == CrashAfterClaim {
-			return crash
-		}
-		return nil
-	}})
-	_, err := Do(ctx, dead, op, w.tenant, key, AsSent(w.raw("a", `{"n":1}`)))
-	require.ErrorIs(t, err, crash, "the worker dies holding the key")
+	dead, op := w.engineWith(t, w.pool(t, 0), Config{CrashHook: crashAt(CrashAfterClaim)})
+	_, err := Do(ctx, dead, op, w.tenant, key, pokePath("a"), AsSent([]byte(`{"n":1}`)))
+	require.ErrorIs(t, err, errCrash, "the worker dies holding the key")
 
 	// Its lease ran out: a retry reaches another process, which takes the
 	// key over, and the takeover's answer is lost.
@@ -178,7 +171,7 @@ func TestLostTakeoverAnswerReleasesTheLease(t *testing.T) {
 	later := testdb.Pool(t, proxied, w.t0.Add(2*time.Minute))
 	e, op := w.engine(t, later)
 	proxy.Arm(pgfault.Fault{Marker: []byte(key), Skip: 1}) // the claim's request carries the key, then the takeover's
-	_, err = Do(ctx, e, op, w.tenant, key, AsSent(w.raw("a", `{"n":1}`)))
+	_, err = Do(ctx, e, op, w.tenant, key, pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.Error(t, err)
 	require.True(t, dbstate.Unavailable(err), "%v", err)
 	<-proxy.Hit()
@@ -190,7 +183,7 @@ func TestLostTakeoverAnswerReleasesTheLease(t *testing.T) {
 	require.False(t, rec.Leased, "the lost takeover's lease was not released")
 	require.Zero(t, rec.Attempts, "a lost answer is not an attempt")
 
-	res, err := Do(ctx, e, op, w.tenant, key, AsSent(w.raw("a", `{"n":1}`)))
+	res, err := Do(ctx, e, op, w.tenant, key, pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.NoError(t, err, "the client's retry is not kept waiting for the lease")
 	require.Equal(t, OutcomeTakeover, res.Outcome)
 	require.Equal(t, 201, res.Response.Status)

@@ -53,14 +53,18 @@ import (
 // The durable commits are the same as before: the statements that commit
 // together are the same, only how they travel changed.
 //
-// Arguments of a queued statement are encoded when it is sent: a caller
-// must not change what they point to before then.
+// Arguments of a queued statement are encoded when it is sent, and copied
+// when it is queued (freeze): a caller may change what they point to in
+// between.
 type pipeTx struct {
 	conn    *pgxpool.Conn
 	pending []queued
 	// open: a BEGIN went out, so the transaction ends with a COMMIT or a
 	// ROLLBACK of its own.
 	open bool
+	// autocommit: no BEGIN ever goes out, and each exchange is a
+	// transaction of its own (inReadTx).
+	autocommit bool
 	// err is the first error an exchange reported: the transaction is
 	// aborted, and only Rollback is left.
 	err    error
@@ -92,10 +96,27 @@ func inPipeTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *Tx) error) er
 	return tx.p.Commit(ctx)
 }
 
+// inReadTx runs fn on a connection of pool outside any transaction: each
+// of its reads is an exchange of its own, as on the pool itself.
+func inReadTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *Tx) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	tx := &Tx{p: &pipeTx{conn: conn, autocommit: true}}
+	if err := fn(tx); err != nil {
+		return errors.Join(err, tx.p.Rollback(ctx))
+	}
+	return tx.p.Commit(ctx)
+}
+
 // queue holds sql back until the next exchange; scan, if set, gets its row.
+// The arguments are copied now (frozen), so that what they point to may
+// change before the exchange.
 func (t *pipeTx) queue(sql string, args []any, scan func(pgx.Row) error) {
 	if t.usable() == nil {
-		t.pending = append(t.pending, queued{sql: sql, args: args, scan: scan})
+		t.pending = append(t.pending, queued{sql: sql, args: freeze(args), scan: scan})
 	}
 }
 
@@ -118,7 +139,7 @@ func (t *pipeTx) usable() error {
 // caller decides what the callback's failure means.
 func (t *pipeTx) send(ctx context.Context, tail []queued, implicit bool) (_ pgx.BatchResults, cbErr error, err error) {
 	b := &pgx.Batch{}
-	begin := !implicit && !t.open
+	begin := !implicit && !t.open && !t.autocommit
 	if begin {
 		b.Queue(beginSQL)
 	}

@@ -166,3 +166,24 @@ func TestExecReturnsItsRealCommandTag(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenants WHERE name LIKE 'tag-%!'`).Scan(&n))
 	require.Equal(t, 2, n)
 }
+
+// A queued statement writes its arguments as they were when it was queued:
+// a phase that changes a field after queueing the write (a pointer, a
+// slice, a map, bytes) does not change what is written.
+func TestQueuedArgumentsAreCopiedWhenQueued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	_, err := pool.Exec(ctx, `CREATE TABLE queued (s text, m jsonb, b bytea, l text[])`)
+	require.NoError(t, err)
+	s, m, b, l := "queued", map[string]string{"k": "queued"}, []byte("queued"), []string{"queued"}
+	require.NoError(t, inPipeTx(ctx, pool, func(tx *Tx) error {
+		tx.Queue(`INSERT INTO queued VALUES ($1, $2, $3, $4)`, &s, m, b, l)
+		s, m["k"], b[0], l[0] = "changed", "changed", 'X', "changed"
+		return nil
+	}))
+	var got [4]string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT s, m->>'k', convert_from(b, 'UTF8'), l[1] FROM queued`).
+		Scan(&got[0], &got[1], &got[2], &got[3]))
+	require.Equal(t, [4]string{"queued", "queued", "queued", "queued"}, got)
+}

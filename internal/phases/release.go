@@ -8,39 +8,12 @@ import (
 
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
 )
 
 // How a run that cannot finish ends: its lease kept alive during a slow
 // foreign call, released on the retry schedule after a busy or unknown
 // outcome, released once the database is back after it failed under the
 // run, and answered from the key alone when the lease was taken over.
-
-// call makes a foreign call under the lease. A heartbeat keeps the lease
-// while the call is slow; when the heartbeat finds the lease taken over, it
-// stops the call (the PSP client's own quick retries included) with
-// ErrLeaseLost: whatever is still in flight is the new holder's to find
-// out by reference. The heartbeat is stopped before this returns, so that
-// it can never renew a lease the caller then releases. The call is noted
-// for the request's timeline, written with the holder's next statement.
-func (e *Engine) call(ctx context.Context, lease *idempotency.Lease, fn func(context.Context) (psp.Outcome, error)) (psp.Outcome, error) {
-	callCtx, stopCall := context.WithCancelCause(ctx)
-	hbCtx, stop := context.WithCancel(ctx)
-	beat := make(chan struct{})
-	go func() {
-		defer close(beat)
-		lease.Heartbeat(hbCtx, e.pool, func(err error) { stopCall(err) })
-	}()
-	defer func() { stop(); <-beat; stopCall(nil) }()
-	start := time.Now()
-	out, err := fn(callCtx)
-	e.recordPSP(ctx, start, out)
-	notePSPCall(lease, out, time.Since(start))
-	if cause := context.Cause(callCtx); errors.Is(cause, idempotency.ErrLeaseLost) {
-		return out, fmt.Errorf("PSP call stopped: %w", cause)
-	}
-	return out, err
-}
 
 // release ends an attempt whose PSP outcome is unknown (or busy) at its
 // recovery point: the lease is given up and the next attempt scheduled, no
@@ -61,7 +34,7 @@ func (e *Engine) release(ctx context.Context, lease *idempotency.Lease, objectID
 	if rel.NeedsAttention {
 		return fmt.Errorf("%w: %w", idempotency.ErrUnresolved, cause)
 	}
-	if errors.Is(cause, psp.ErrUnavailable) || errors.Is(cause, psp.ErrBusy) {
+	if errors.Is(cause, ErrUnavailable) {
 		return &UnavailableError{ObjectID: objectID, RetryAfter: rel.RetryAfter, Cause: cause}
 	}
 	return cause

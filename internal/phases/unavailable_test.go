@@ -28,7 +28,7 @@ func TestNoConnectionIsDatabaseUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(dead.Close)
 	e, op := w.engine(t, dead)
-	_, err = Do(context.Background(), e, op, w.tenant, "no-connection", AsSent(w.raw("a", `{"n":1}`)))
+	_, err = Do(context.Background(), e, op, w.tenant, "no-connection", pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.Error(t, err)
 	require.True(t, dbstate.Unavailable(err), "%v", err)
 }
