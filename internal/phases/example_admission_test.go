@@ -37,7 +37,9 @@ var pin = &phases.Operation[string]{
 	ObjectID: func(_ int64, _ string, req phases.Request, _ phases.Incarnation) string {
 		return phases.Segment(pinPath, req.Path, "id")
 	},
-	Load: func(_ context.Context, _ *phases.Tx, run *phases.Run[string]) (string, error) { return run.ObjectID, nil },
+	Load: func(_ context.Context, _ *phases.Tx, run *phases.Run[string]) (string, error) {
+		return run.ObjectID, nil
+	},
 	Phases: []phases.Phase[string]{{
 		To: phases.Done,
 		Commit: func(_ context.Context, tx *phases.Tx, run *phases.Run[string]) (phases.Next, error) {
