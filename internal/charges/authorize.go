@@ -11,9 +11,9 @@ import (
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
-// Authorize: POST /v1/charges, the operation "charges.create". Its phases,
-// and the transaction that commits each (every recovery point commits
-// with its phase's effects, fenced by the key's lock_version):
+// Authorize is POST /v1/charges, the operation "charges.create". Its
+// phases, and the transaction that commits each with its recovery point,
+// fenced by the key's lock_version:
 //
 //	           claim (tx 1)
 //	              │
@@ -31,8 +31,8 @@ import (
 //	done ◀──────────────────┘
 //
 // A new charge costs two commits. A PSP that stays unavailable releases the
-// lease at charge_created, and the next run repeats the call with the same
-// PSP key, which can never authorize twice.
+// lease at charge_created. The next run repeats the call under the same PSP
+// key, which can never authorize twice.
 
 // Path is the request path charges' keys are claimed under.
 const Path = "/v1/charges"
@@ -78,12 +78,12 @@ func authorizeOperation(a Authorizer, routes Routes, ids *objectIDs) *phases.Ope
 	}
 }
 
-// createCharge is start → charge_created: a pending charge row and its
-// first attempt, recorded before anything is sent.
+// createCharge is start → charge_created. It records a pending charge and
+// its first attempt before anything is sent.
 //
-// The attempt's PSP is its route's first for a charge whose id is derived
-// (pinned: a retry of a claim lost in a failover must find the PSP the
-// claim went to), else the first whose breaker lets new charges in.
+// A charge whose id is derived starts at its route's first PSP (pinned). A
+// retry of a claim lost in a failover must find the PSP the claim went to.
+// Any other starts at the first PSP whose breaker lets new charges in.
 func createCharge(routes Routes, ids *objectIDs) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Next, error) {
 	return func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Next, error) {
 		params, err := requestParams(run.Request())
@@ -96,8 +96,8 @@ func createCharge(routes Routes, ids *objectIDs) func(context.Context, *phases.T
 	}
 }
 
-// authorizeCall is the foreign call before psp_authorized: one attempt at
-// the PSP of the charge's current attempt, under that attempt's key.
+// authorizeCall is the foreign call before psp_authorized. It makes one
+// attempt at the PSP of the charge's current attempt, under its key.
 //
 // The key is derived from the charge id, so the PSP answers a repeat with
 // its first answer while it remembers the key. After that, the lookup by
@@ -136,9 +136,9 @@ func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Ru
 	}
 }
 
-// recordAuthorization is charge_created → psp_authorized: the PSP's final
-// answer on the charge and its attempt, with its event (charge.authorized,
-// .declined or .failed).
+// recordAuthorization is charge_created → psp_authorized. It records the
+// PSP's final answer on the charge and its attempt, with its event
+// (charge.authorized, .declined or .failed).
 //
 // A refusal with a PSP left on the charge's route is not an end. The
 // refusal and the next attempt commit together, the charge stays at
@@ -156,11 +156,11 @@ func recordAuthorization(routes Routes, ids *objectIDs) func(context.Context, *p
 		case out.Declined():
 			c.Status, c.PSPReference, c.DeclineCode, ended = StatusDeclined, &out.Authorization.ID, out.Authorization.DeclineCode, attemptDeclined
 		case out.NewKey:
-			// The key is spent and its outcome still unknown: a new
+			// The key is spent and its outcome still unknown. A new
 			// attempt at the same PSP, under a new key (failover.go).
 			renewKey(tx, c)
 			return phases.Again(), nil
-		default: // refused: nothing was done at the PSP, and never will be
+		default: // refused, so nothing was done at the PSP and never will be
 			if failedOver(tx, run, routes, ids) {
 				return phases.Again(), nil
 			}
@@ -168,7 +168,7 @@ func recordAuthorization(routes Routes, ids *objectIDs) func(context.Context, *p
 			c.Status, c.FailureReason, ended = StatusFailed, &reason, attemptRefused
 		}
 		if c.PSP != cur.PSP {
-			// Found authorized at an earlier PSP: the current attempt was
+			// Found authorized at an earlier PSP. The current attempt was
 			// not what answered.
 			answered = nil
 		}
@@ -203,7 +203,7 @@ func response(c *Charge) phases.Response {
 func jsonResponse(status int, v interface{ MarshalJSON() ([]byte, error) }) phases.Response {
 	body, err := v.MarshalJSON()
 	if err != nil {
-		panic(err) // plain fields only: cannot fail
+		panic(err) // plain fields only, so it cannot fail
 	}
 	return phases.Response{Status: status, ContentType: "application/json", Body: append(body, '\n')}
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
-// Capture: POST /v1/charges/{id}/capture. Its phases, and the transaction
-// that commits each:
+// Capture is POST /v1/charges/{id}/capture. Its phases, and the
+// transaction that commits each:
 //
 //	          admit + claim (tx 1)   404 unknown charge, 409 charge_pending:
 //	              │                  rolled back, nothing stored
@@ -28,10 +28,9 @@ import (
 //	  ▼                         │  tx 2 too: 200 with the charge, key done
 //	done ◀──────────────────────┘
 //
-// The settlement column, set under the charge's row lock in tx 1, is what
-// makes at most one capture or void per charge: a racing capture or void
-// waits for the lock and then finds it set, and answers as if it had come
-// after the winner.
+// The settlement column, set under the charge's row lock in tx 1, allows at
+// most one capture or void per charge. A racing capture or void waits for
+// the lock, then finds it set, and answers as if it came after the winner.
 
 // CapturePath is the request path pattern of a capture.
 const CapturePath = "/v1/charges/{id}/capture"
@@ -42,8 +41,8 @@ const (
 	PointPSPCaptured    phases.Point = "psp_captured"
 )
 
-// CaptureParams is the body of a capture: the amount to capture, all of
-// the authorized amount when nil.
+// CaptureParams is the body of a capture. A nil Amount captures all of the
+// authorized amount.
 type CaptureParams struct {
 	Amount *int64 `json:"amount,omitempty"`
 }
@@ -99,7 +98,7 @@ func startCapture(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) 
 	return phases.Proceed(), nil
 }
 
-// captureAmount is the amount a capture request asks for: all by default.
+// captureAmount is the amount a capture request asks for, all by default.
 func captureAmount(c *Charge, req phases.Request) int64 {
 	var p CaptureParams
 	if err := decode(req.Body, &p); err != nil || p.Amount == nil {

@@ -11,8 +11,8 @@ import (
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
-// Refund: POST /v1/refunds. Its phases, and the transaction that commits
-// each:
+// Refund is POST /v1/refunds. Its phases, and the transaction that
+// commits each:
 //
 //	          admit + claim (tx 1)   404 unknown charge: rolled back
 //	              │
@@ -29,8 +29,8 @@ import (
 //	  ▼                         │  tx 2 too: 201 refund, or 402; key done
 //	done ◀──────────────────────┘
 //
-// The reservation (charges.amount_refunding), taken under the charge's row
-// lock and bounded by a CHECK constraint, is what keeps pending and
+// The reservation (charges.amount_refunding) is taken under the charge's
+// row lock and bounded by a CHECK constraint. It keeps pending and
 // succeeded refunds together within amount_captured, however many refunds
 // race on one charge.
 
@@ -43,8 +43,8 @@ const (
 	PointPSPRefunded   phases.Point = "psp_refunded"
 )
 
-// RefundParams is the body of a refund: the charge, and the amount (all
-// that is left to refund when nil).
+// RefundParams is the body of a refund. A nil Amount refunds all that is
+// left.
 type RefundParams struct {
 	Charge string `json:"charge"`
 	Amount *int64 `json:"amount,omitempty"`
@@ -118,10 +118,10 @@ func createRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) 
 		refused = refusal(problem.AmountTooLarge, c.ID, fmt.Sprintf("The amount exceeds the %d left to refund.", left))
 	}
 	if refused.Status != 0 {
-		// No refund was made: the key names no object, rather than the
-		// refund id derived for it, which would answer 404 (pitfall 107
-		// "A refused request's key names an object that does not exist").
-		// The refusal names the charge.
+		// No refund was made, so the key names no object. The refund id
+		// derived for it would answer 404 (pitfall 107 "A refused
+		// request's key names an object that does not exist"). The
+		// refusal names the charge.
 		if err := run.Lease.SetObject(ctx, tx, ""); err != nil {
 			return phases.Next{}, err
 		}
@@ -133,7 +133,7 @@ func createRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) 
 	return phases.Proceed(), nil
 }
 
-// refundCall is the foreign call: the refund of the charge's authorization,
+// refundCall is the foreign call, the refund of the charge's authorization
 // under the key derived from the refund.
 func refundCall(o Operator) func(context.Context, *phases.Run[*Refund]) (phases.CallOutcome, error) {
 	return func(ctx context.Context, run *phases.Run[*Refund]) (phases.CallOutcome, error) {
@@ -147,9 +147,9 @@ func refundCall(o Operator) func(context.Context, *phases.Run[*Refund]) (phases.
 	}
 }
 
-// recordRefund is refund_created → psp_refunded: the refund's end, the
-// reservation on the charge turned into a refund or released, and the
-// event (refund.succeeded or .failed) in the same transaction.
+// recordRefund is refund_created → psp_refunded. It records the refund's
+// end, turns the charge's reservation into a refund or releases it, and
+// writes the event (refund.succeeded or .failed) in the same transaction.
 func recordRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) (phases.Next, error) {
 	r, out := run.Object, run.Object.answer
 	if out.Class == psp.ClassSuccess {
@@ -165,7 +165,8 @@ func recordRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) 
 	return phases.Proceed(), nil
 }
 
-// answerRefund is psp_refunded → done: 201 with the refund, or 402.
+// answerRefund is psp_refunded → done. It answers 201 with the refund, or
+// 402.
 func answerRefund(_ context.Context, _ *phases.Tx, run *phases.Run[*Refund]) (phases.Next, error) {
 	r := run.Object
 	if r.Status == RefundFailed {
@@ -174,8 +175,8 @@ func answerRefund(_ context.Context, _ *phases.Tx, run *phases.Run[*Refund]) (ph
 	return phases.Respond(jsonResponse(http.StatusCreated, r)), nil
 }
 
-// refundParams reads a stored refund request (validated before it was
-// stored).
+// refundParams reads a stored refund request, validated before it was
+// stored.
 func refundParams(req phases.Request) RefundParams {
 	var p RefundParams
 	_ = decode(req.Body, &p)

@@ -10,7 +10,7 @@ import (
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
-// Void: POST /v1/charges/{id}/void. Its phases, and the transaction that
+// Void is POST /v1/charges/{id}/void. Its phases, and the transaction that
 // commits each:
 //
 //	          admit + claim (tx 1)   404 unknown charge, 409 charge_pending:
@@ -29,7 +29,7 @@ import (
 //	done ◀──────────────────────┘
 //
 // A void and a capture of one charge meet at the charge's row lock and its
-// settlement column (see capture.go): at most one of them succeeds.
+// settlement column (see capture.go). At most one of them succeeds.
 
 // VoidPath is the request path pattern of a void.
 const VoidPath = "/v1/charges/{id}/void"

@@ -2,8 +2,8 @@ package phases
 
 import "fmt"
 
-// Body is a request's body as Do receives it: the bytes as they came
-// (AsSent), or a request parsed already (Parsed).
+// Body is a request's body as Do receives it. It holds the bytes as they
+// came (AsSent), or a request parsed already (Parsed).
 //
 // Bytes as they came let a retry of a finished request, sent with its first
 // attempt's bytes, be answered by one read of its key. Its strict decoding,
@@ -20,7 +20,7 @@ func AsSent(b []byte) Body { return Body{sent: b} }
 // Parsed is a request already parsed and fingerprinted (NewRequest).
 func Parsed(req Request) Body { return Body{parsed: &req} }
 
-// ParseError is an operation's Parse refusing a request: a 400. Nothing was
+// ParseError is an operation's Parse refusing a request, a 400. Nothing was
 // decided about its key and nothing stored.
 type ParseError struct{ Err error }
 
@@ -29,8 +29,8 @@ func (e *ParseError) Unwrap() error { return e.Err }
 
 // parse returns the request b is for path.
 //
-// A request parsed or fingerprinted for another method or path is refused:
-// its fingerprint would be compared with another request's.
+// A request parsed or fingerprinted for another method or path is refused,
+// since its fingerprint would be compared with another request's.
 func (op *Operation[S]) parse(path string, b Body) (Request, error) {
 	if b.parsed != nil {
 		if b.parsed.Method != op.Method || b.parsed.Path != path {

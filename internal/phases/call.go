@@ -17,13 +17,13 @@ import (
 type Class int
 
 const (
-	// Unknown is no usable answer: the service may or may not have acted.
+	// Unknown is no usable answer. The service may or may not have acted.
 	// The run is released, and its next call starts with a lookup. It is
 	// the zero value, so an outcome nobody filled in is never an answer.
 	Unknown Class = iota
 	// Success is the service having done what was asked. The phase commits it.
 	Success
-	// Final is a refusal or a decline: the service did nothing and never
+	// Final is a refusal or a decline. The service did nothing and never
 	// will under this call. The phase commits it.
 	Final
 	// Busy is the service asking to be called later. It did nothing yet.
@@ -44,24 +44,24 @@ func (c Class) String() string {
 	return "unknown"
 }
 
-// CallOutcome is what a phase's foreign call returns: its class, and what
-// the engine records of the call.
+// CallOutcome is what a phase's foreign call returns. It holds the class,
+// and what the engine records of the call.
 type CallOutcome struct {
 	Class Class
 	// RetryAfter is, for Busy, the earliest the call may be made again (the
 	// service's Retry-After). Zero is no advice.
 	RetryAfter time.Duration
-	// Renew, with Unknown, says the call cannot be made again as it was:
-	// the service spent its key. The phase commits instead of the run being
+	// Renew, with Unknown, says the call cannot be made again as it was,
+	// because the service spent its key. The phase commits instead of the run being
 	// released. It records how the next call differs and returns Again.
 	Renew bool
 	// Result names the answer on the call duration metric ("authorized",
 	// "declined"). Empty is the class's name.
 	Result string
-	// Service, Call and Key name the call on the request's timeline: the
-	// service, what was asked of it, and the key it was sent under.
+	// Service, Call and Key name the call on the request's timeline. They
+	// are the service, what was asked of it, and the key it was sent under.
 	Service, Call, Key string
-	// Status is the HTTP status of the service's last answer (0: none).
+	// Status is the HTTP status of the service's last answer, or 0.
 	// Sends and Lookups count the requests and lookups the call made.
 	Status, Sends, Lookups int
 }
@@ -84,8 +84,8 @@ type unavailable struct{ error }
 
 func (u unavailable) Unwrap() []error { return []error{ErrUnavailable, u.error} }
 
-// UnavailableError is ErrUnavailable with what the client is told: the
-// object that exists, if any, and when the next attempt is due.
+// UnavailableError is ErrUnavailable with what the client is told. That is
+// the object that exists, if any, and when the next attempt is due.
 type UnavailableError struct {
 	ObjectID   string
 	RetryAfter int
@@ -107,7 +107,7 @@ func (e *UnavailableError) Object() string { return e.ObjectID }
 // call makes a foreign call under the lease, kept alive by a heartbeat.
 //
 // A heartbeat that finds the lease taken over stops the call with
-// ErrLeaseLost: whatever is still in flight is the new holder's to find
+// ErrLeaseLost. Whatever is still in flight is the new holder's to find
 // out. The heartbeat stops before call returns, so it never renews a lease
 // the caller then releases.
 func (e *Engine) call(ctx context.Context, lease *idempotency.Lease, fn func(context.Context) (CallOutcome, error)) (CallOutcome, error) {

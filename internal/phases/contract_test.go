@@ -11,9 +11,9 @@ import (
 )
 
 // A phase that decides nothing, or proceeds from the phase to done, fails
-// the run: the request is refused and its claim rolled back with the
-// phase's writes, rather than guessed at. Nothing is stored; the client may
-// retry once the operation is fixed.
+// the run rather than being guessed at. Its claim rolls back with its
+// writes, and nothing is stored. The client may retry once the operation is
+// fixed.
 func TestUnsaidNextFailsTheRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -35,9 +35,9 @@ func TestUnsaidNextFailsTheRun(t *testing.T) {
 }
 
 // A key is resumed by the operation its claim named, not by whichever
-// registered operation's path matches its request: two operations may
-// serve one path (a new version beside the old, say), and a key claimed by
-// one must never be finished by the other.
+// operation's path matches its request. Two operations may serve one path
+// (a new version beside the old), and a key claimed by one must never be
+// finished by the other.
 func TestResumeFindsTheOperationByItsName(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -6,14 +6,14 @@ import (
 )
 
 // CrashPoint names a moment at which a test, or the chaos run, may kill a
-// run. CrashAfter makes one; nothing else can.
+// run. Only CrashAfter makes one.
 type CrashPoint struct{ name string }
 
 // String is the crash point's name ("after_claim").
 func (c CrashPoint) String() string { return c.name }
 
 // The crash points every operation has. CrashAfterCall falls after a
-// foreign call answered and before its answer committed: the lost answer.
+// foreign call answered and before its answer committed, the lost answer.
 var (
 	CrashAfterClaim = CrashPoint{"after_claim"}
 	CrashAfterCall  = CrashPoint{"after_call"}
@@ -58,8 +58,8 @@ func (e *Engine) crash(ctx context.Context, at CrashPoint) error {
 	return nil
 }
 
-// crashed is a crash hook's error. The run holds whatever it holds: drive
-// releases nothing.
+// crashed is a crash hook's error. The run keeps whatever it holds, and
+// drive releases nothing.
 type crashed struct{ err error }
 
 func (c crashed) Error() string { return c.err.Error() }

@@ -69,15 +69,14 @@ func (w *slowWorld) do(ctx context.Context, key string) (Result, error) {
 	return Do(ctx, w.e, w.op, w.tenant, key, pokePath("a"), AsSent([]byte(`{"n":1}`)))
 }
 
-// A duplicate of a request still running, arriving at the same process,
-// whose claim exchange is cut (a dropped connection, a timeout): its run
-// cannot know whether its claim committed, and released "its" lease once
-// the database answered, found by the newest incarnation of the key at
-// lock_version 1, its fingerprint and the process's holder name, which
-// every request of the process shares. It found the original's lease, mid
-// foreign call: the next retry took the key over and made a second call
-// beside the first. A release now matches a token that only its own claim
-// wrote.
+// A duplicate of a running request reaches the same process, and its claim
+// exchange is cut. Its run cannot know whether its claim committed, so it
+// released "its" lease once the database answered.
+//
+// It found that lease by the key's newest incarnation, its fingerprint and
+// the process's holder name, which the original shares. So it released
+// the original's lease mid call, and the next retry made a second call
+// beside the first. A release now matches a token only its own claim wrote.
 func TestDuplicateWhoseClaimIsCutReleasesNothing(t *testing.T) {
 	t.Parallel()
 	for _, off := range []bool{false, true} {

@@ -12,10 +12,10 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
-// Do runs one request of op, registered on e, under the key (tenantID,
-// key): it claims the key, answers a key that exists, and drives a new one.
+// Do runs one request of op under the key (tenantID, key). It claims the
+// key, answers a key that exists, and drives a new one to Done.
 //
-// body is for path, a request op serves. Do returns the final response,
+// The body is for path, a request op serves. Do returns the final response,
 // new or replayed, or an error: idempotency.ErrMismatch,
 // idempotency.ErrInProgress, *idempotency.WaitError,
 // idempotency.ErrUnresolved, *UnavailableError, *ParseError, what op.Admit
@@ -66,8 +66,8 @@ func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 	return Result{Response: resp, Outcome: OutcomeNew}, err
 }
 
-// claimed is what a claim found or made: an existing key's record, or a
-// new key's run and the recovery point its transaction committed.
+// claimed is what a claim found or made. That is an existing key's record,
+// or a new key's run and the recovery point its transaction committed.
 type claimed[S any] struct {
 	existing *idempotency.Record
 	run      *Run[S]
@@ -75,14 +75,14 @@ type claimed[S any] struct {
 }
 
 // claim claims the key in one exchange that answers a new key and a retry
-// alike: the claim, a check that it created the key, and the writes of the
-// phases that commit with it.
+// alike. The exchange holds the claim, a check that it created the key,
+// and the writes of the phases that commit with the claim.
 //
 // A new key commits there. Its row records those phases' last recovery
-// point and the object, so they need no fence of their own. An existing
-// key fails the check (idempotency.ErrKeyExists), which rolls the exchange
-// back, and comes back as the record the claim read. n is the try, whose
-// incarnation ObjectID derives the id for.
+// point and the object, so they need no fence of their own. For a key
+// that exists the check fails (idempotency.ErrKeyExists) and rolls the
+// exchange back, and the record the claim read is the answer. The try n
+// picks the incarnation ObjectID derives for.
 func claim[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64, key string, req Request, n int) (claimed[S], error) {
 	// Seen from now on, its day not known until the claim reads its row.
 	e.hints.add(tenantID, key, time.Time{})
@@ -120,7 +120,7 @@ func claim[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int
 		return err
 	})
 	if q == nil {
-		// No connection: nothing was sent, nothing claimed.
+		// No connection, so nothing was sent and nothing claimed.
 		return claimed[S]{}, fmt.Errorf("%s: %w", op.Name, dbstate.Wrap(err))
 	}
 	if errors.Is(err, idempotency.ErrKeyExists) && q.Found {
@@ -133,7 +133,7 @@ func claim[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int
 	e.hints.add(tenantID, key, q.Lease.Record.CreatedAt)
 	e.recordPhases(ctx, q.Lease, ran, time.Now())
 	if Committed(err) {
-		// Committed, but a queued row's reading failed: the key's row and
+		// Committed, but a queued row's reading failed. The key's row and
 		// the object are read again. A read that fails leaves the claim's
 		// lease to release, by its token.
 		e.log.WarnContext(ctx, "claim committed, but reading part of its answer failed", "key", key, "error", err.Error())
@@ -152,7 +152,7 @@ func claim[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int
 			// whole lease though nothing runs it.
 			e.releaseLater(q.Lease, err)
 		default:
-			// Lost before that row was read back: the same, found by the
+			// Lost before that row was read back. The same, found by the
 			// token this claim wrote.
 			e.releaseLostClaim(q.Lease, err)
 		}
@@ -195,8 +195,8 @@ func reread[S any](ctx context.Context, e *Engine, run *Run[S], tenantID int64, 
 // over and driven from its recovery point.
 func answer[S any](ctx context.Context, e *Engine, op *Operation[S], rec idempotency.Record, fp idempotency.Fingerprint) (Result, error) {
 	nameObject(trace.SpanFromContext(ctx), rec.ObjectID)
-	// Two rounds at most: a takeover that loses the race re-reads the key
-	// once, and then it is either done (replay) or someone holds it (409).
+	// Two rounds at most. A takeover that loses the race reads the key
+	// again, and then it is done (a replay) or someone holds it (409).
 	for range 2 {
 		decision := idempotency.Decide(rec, fp)
 		switch decision {
@@ -224,9 +224,9 @@ func answer[S any](ctx context.Context, e *Engine, op *Operation[S], rec idempot
 				continue
 			}
 			if lost, ok := errors.AsType[*idempotency.LostTakeoverError](err); ok {
-				// The takeover may have committed with its answer lost:
-				// its lease is given up once the database answers, not
-				// held for a whole lease with nothing running it.
+				// The takeover may have committed with its answer lost.
+				// Its lease is given up once the database answers, rather
+				// than held for a lease with nothing running it.
 				e.releaseLostTakeover(rec.Key, lost)
 				return Result{}, dbstate.Wrap(err)
 			}

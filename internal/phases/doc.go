@@ -12,15 +12,15 @@
 //	phases.Register(engine, send)
 //	res, err := phases.Do(ctx, engine, send, tenantID, key, "/v1/notes", phases.AsSent(body))
 //
-// The engine owns what every such request shares: the claim of its
-// idempotency key, fencing, the lease and its heartbeat, takeover, the
-// classes of a foreign call's outcome, the retry schedule and the stored
+// The engine owns what every such request shares. It claims the
+// idempotency key, fences, holds the lease and takes keys over. It
+// classifies a foreign call's outcome, schedules retries and stores the
 // answer. It knows nothing of what an operation does.
 //
 // # Phases
 //
 // An Operation lists its phases from Start to Done. A phase reaches one
-// recovery point: it may make a foreign Call, then its Commit writes its
+// recovery point. It may make a foreign Call, then its Commit writes its
 // effects and returns what comes next (Next):
 //
 //   - Proceed: the effects commit with the phase's recovery point, and the
@@ -31,13 +31,13 @@
 //     again (a charge moving to its next PSP).
 //
 // Every write of a phase is fenced by the key's lock_version. A worker
-// that stalled past its lease and was taken over matches no row: its
+// that stalled past its lease and was taken over matches no row. Its
 // transaction rolls back, and it answers only with what the key stores.
 //
 // # Transactions
 //
 // Phases commit together unless a foreign call stands between them. The
-// phases before the first call commit with the claim; a phase with a call
+// phases before the first call commit with the claim. A phase with a call
 // commits with the call-less phases after it. So an operation with one call
 // costs two commits, and its file shows where each falls.
 //
@@ -47,43 +47,43 @@
 // recoverable, so the rule leaves nothing to declare. Config.OneCommitPerPhase
 // commits every phase alone instead, for benchmarks and crash tests.
 //
-// A phase writes in the engine's transaction, Tx, which is pipelined: the
-// fence, the writes (Queue), the stored answer and the COMMIT go out in
-// one exchange, plus one for each read the phase cannot go on without.
+// A phase writes in the engine's transaction, Tx, which is pipelined. The
+// fence, the writes, the stored answer and the COMMIT go out in one
+// exchange, plus one for each read the phase cannot go on without.
 //
 // # Foreign calls
 //
 // A call returns a CallOutcome, whose Class alone decides what happens,
 // whoever drives the key. Success and Final go on to the phase's Commit.
-// Busy and Unknown end the run at the point before the phase, with the
-// lease released and the next attempt scheduled (RETRY_BASE·2ⁿ, jittered,
-// at most RETRY_MAX); past GIVE_UP_AFTER the key goes to an operator.
+// Busy and Unknown end the run at the point before the phase, its lease
+// released. The next attempt is due after RETRY_BASE·2ⁿ, jittered, at most
+// RETRY_MAX. Past GIVE_UP_AFTER the key goes to an operator.
 //
-// An unknown outcome is never retried blind. A call that this run did not
-// make Fresh looks the operation up first, because an earlier attempt may
-// have been acted on and its answer lost. What the Commit needs of the
+// An unknown outcome is never retried blind. A call that is not Fresh
+// looks the operation up first, since an earlier attempt may have been
+// acted on and its answer lost. What the Commit needs of the
 // answer (an authorization id, a decline code) travels in the operation's
 // own object, not through the engine.
 //
 // # Takeover
 //
 // A claim commits before any foreign call, unique per (tenant, key) across
-// partitions (internal/idempotency). A retry finds its key finished (the
-// stored answer), used for another request (422), held by a live lease
-// (409), waiting for its next attempt, or waiting for an operator. A key
-// whose lease ran out is taken over: its lock_version moves on, and the new
-// holder resumes from the last committed recovery point, its object read
-// by Operation.Load. The reaper takes over every abandoned key this way.
+// partitions (internal/idempotency). A retry finds its key finished, used
+// for another request (422), held by a live lease (409), waiting for its
+// next attempt, or waiting for an operator. A key whose lease ran out is
+// taken over. Its lock_version moves on, and the new holder resumes from
+// the last committed recovery point, reading the object with Load. The
+// reaper takes over every abandoned key this way.
 //
 // # Fast paths
 //
 // A key this process has seen is probably a retry. It is read before its
 // claim, and a body AsSent before it is parsed, so that a replay costs one
-// read. Either path gives the same answer; the guess only decides which
+// read. Either path gives the same answer. The guess only decides which
 // costs less.
 //
 // # Adding an operation
 //
 // docs/adding-an-operation.md walks through a fifth operation, step by
-// step; the examples below run one against a real database.
+// step. The examples below run operations against a real database.
 package phases

@@ -13,18 +13,14 @@ import (
 )
 
 // drive advances a leased request from point to Done, one transaction at a
-// time: each phase with a call and the call-less phases after it (or each
-// phase alone, with OneCommitPerPhase).
-//
-// A run whose lease was taken over answers only with what the key stores,
-// never from its own rolled-back work.
+// time. A run whose lease was taken over answers only with what the key
+// stores, never from its own rolled-back work.
 //
 // A run never returns holding its lease. A busy or unknown outcome releases
 // it on the retry schedule, and a database that failed under the run
 // releases it once it answers. Any other failure releases it counting an
-// attempt, so that GIVE_UP_AFTER hands the key to an operator rather than
-// the reaper retrying it for ever (pitfall 87 "A request that loops for
-// ever"). Only a test's crash stops a run where it stands.
+// attempt, so that GIVE_UP_AFTER ends the retries (pitfall 87 "A request
+// that loops for ever"). Only a test's crash stops a run where it stands.
 func drive[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], point Point) (Response, error) {
 	lease := run.Lease
 	for point != Done {
@@ -44,13 +40,12 @@ func drive[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S],
 			return Response{}, err
 		case dbstate.Unavailable(err):
 			// The database went away mid-run. The key stays at its last
-			// committed point and is released once the database is back,
-			// so that the client's retry resumes it then, not a lease
-			// later.
+			// committed point, released once the database is back. The
+			// client's retry resumes it then, not a lease later.
 			e.releaseLater(lease, err)
 			return Response{}, dbstate.Wrap(err)
 		default:
-			// Ours to fix: the attempt is counted and its error kept in
+			// Ours to fix. The attempt is counted and its error kept in
 			// last_error_detail. Whoever drove the key logs it.
 			return Response{}, e.release(ctx, lease, cmp.Or(run.ObjectID, lease.Record.ObjectID), err, 0)
 		}
@@ -104,7 +99,7 @@ func advance[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S
 //	Success, Final, Unknown with Renew → committed by the phase
 //	Busy, Unknown                      → released, next attempt on the schedule
 //
-// The error of a call that is committed is not the run's: its class says
+// The error of a call that is committed is not the run's. Its class says
 // what happened.
 func call[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], fn func(context.Context, *Run[S]) (CallOutcome, error)) (CallOutcome, error) {
 	// An object this run committed cannot have reached the service yet.
@@ -143,15 +138,18 @@ func load[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S]) 
 	})
 }
 
-// holds reports whether a phase left the run an object: anything but its
-// type's zero value. A run that holds none loads it before its next call,
-// so a phase that forgot to set it costs a read, not a call made blind.
+// holds reports whether the run holds an object, anything but its type's
+// zero value.
+//
+// A run that holds none loads it before its next call. So a phase that
+// forgot to set it costs a read, not a call made blind (pitfall 123 "A
+// call made with an object nobody loaded").
 func holds[S any](run *Run[S]) bool {
 	return !reflect.ValueOf(&run.Object).Elem().IsZero()
 }
 
-// txEnd is how a transaction's phases ended: at reached, with a response
-// stored (the key is done), or round the call again.
+// txEnd is how a transaction's phases ended. They reached a point, stored
+// a response (the key is done), or go round the call again.
 type txEnd struct {
 	reached  Point
 	response *Response
@@ -159,26 +157,26 @@ type txEnd struct {
 }
 
 // txMode says how a transaction's phases are written. The zero txMode is
-// the claim's transaction: its new key row records the point and the
+// the claim's transaction. Its new key row records the point and the
 // object, so the phases write no fence of their own.
 type txMode struct {
-	// fenced: the first phase records the transaction's last recovery
-	// point (Lease.Advance), fenced, before any effect.
+	// With fenced, the first phase records the transaction's last
+	// recovery point (Lease.Advance), fenced, before any effect.
 	fenced bool
-	// first: the phases start at the operation's first. The key's object
-	// is recorded too.
+	// With first, the phases start at the operation's first. The key's
+	// object is recorded too.
 	first bool
-	// afterCall: the first phase follows a foreign call, and may return
-	// Again. renew: the call's outcome must be committed with Again.
+	// With afterCall, the first phase follows a foreign call and may
+	// return Again. With renew, it must.
 	afterCall, renew bool
 }
 
 // commitTx commits phases in a transaction of their own, loading the run's
 // object in it first if the run holds none.
 //
-// A claim that committed alone recorded no object: the first phase names
-// it, and names the next incarnation's if an earlier incarnation of the
-// key holds it (ErrObjectIDTaken).
+// A claim that committed alone recorded no object, so the first phase
+// names it. An id an earlier incarnation of the key holds makes it name
+// the next incarnation's (ErrObjectIDTaken).
 func commitTx[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], phases []Phase[S], from Point, mode txMode) (end txEnd, err error) {
 	derive := mode.first && run.ObjectID == "" && op.ObjectID != nil
 	for n := 0; ; n++ {
@@ -234,9 +232,9 @@ func commitOnce[S any](ctx context.Context, e *Engine, op *Operation[S], run *Ru
 
 // commitPhases writes phases inside tx, in order, as mode says.
 //
-// A transaction that reaches Done needs no Advance: Lease.Finish, in the
-// same transaction, is fenced. later, if set, collects the phases' runs
-// for their spans instead of recording them now (the claim's, phaseRun).
+// A transaction that reaches Done needs no Advance, since Lease.Finish in
+// it is fenced. With later set, the phases' spans are collected rather
+// than recorded now (the claim's, phaseRun).
 func commitPhases[S any](ctx context.Context, e *Engine, tx *Tx, run *Run[S], phases []Phase[S], mode txMode, later *[]phaseRun) (txEnd, error) {
 	if len(phases) == 0 {
 		return txEnd{}, nil
@@ -288,8 +286,8 @@ func commitPhases[S any](ctx context.Context, e *Engine, tx *Tx, run *Run[S], ph
 }
 
 // decided checks what a phase's Commit decided, and stores a response with
-// finish. afterCall says the phase follows a foreign call; renew that the
-// call's outcome was Unknown with Renew.
+// finish. The flag afterCall says the phase follows a foreign call, and
+// renew that the call's outcome was Unknown with Renew.
 func decided(key string, to Point, next Next, afterCall, renew bool, finish func(Response) error) error {
 	switch {
 	case next.kind == unsaid:

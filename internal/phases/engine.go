@@ -17,13 +17,13 @@ import (
 // Config configures an Engine.
 type Config struct {
 	// OneCommitPerPhase commits every phase in a transaction of its own,
-	// the claim alone first. The recovery points are the same; only the
-	// commit boundaries move. For benchmarks, and for crash tests that
+	// the claim alone first. The recovery points are the same, and only
+	// the commit boundaries move. For benchmarks, and for crash tests that
 	// stop a run between every phase.
 	OneCommitPerPhase bool
 	// CrashHook, if set, is called at each crash point. If it returns an
-	// error the run stops there at once, as if its process had died: no
-	// rollback of what committed, no lease released. For tests and the
+	// error the run stops there at once, as if its process had died. What
+	// committed stays, and no lease is released. For tests and the
 	// chaos run (phasestest.CrashAt).
 	CrashHook func(ctx context.Context, at CrashPoint) error
 	// Logger defaults to slog.Default().
@@ -90,7 +90,7 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, cfg Config) (*Engine, erro
 
 // Register makes op runnable by Do and resumable by Resume, under its Name.
 // It panics on an operation that could never reach Done, or whose name is
-// taken: both are programming errors found at start-up.
+// taken. Both are programming errors, found at start-up.
 func Register[S any](e *Engine, op *Operation[S]) {
 	if err := op.check(); err != nil {
 		panic("phases: " + err.Error())

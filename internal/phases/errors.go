@@ -3,8 +3,8 @@ package phases
 import "errors"
 
 // ErrObjectIDTaken is a derived object id held by an earlier incarnation
-// of the key: the same key and request, claimed again after retention
-// forgot the key.
+// of the key. That is the same key and request, claimed again after
+// retention forgot the key.
 //
 // The operation's storage returns it, wrapped, from the phase that inserts
 // the object. The engine rolls the transaction back and derives the next

@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// freeze copies a queued statement's arguments one level deep: a pointer,
+// freeze copies a queued statement's arguments one level deep. A pointer,
 // slice or map is replaced by a copy of what it refers to.
 //
 // A queued statement is encoded only when its exchange is sent. Without
-// the copy, a phase that changed a field after queueing it (c.Status after
-// the update that writes it, say) wrote the later value, or half of it
-// (pitfall 122 "A queued write that reads its arguments late").
+// the copy, a phase that changed a field after queueing it wrote the later
+// value, or half of it (pitfall 122 "A queued write that reads its
+// arguments late").
 func freeze(args []any) []any {
 	if len(args) == 0 {
 		return nil

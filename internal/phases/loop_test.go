@@ -15,17 +15,15 @@ import (
 	"github.com/phasepay/phasepay/internal/reaper"
 )
 
-// A phase that fails after its foreign call, with anything but the
-// database being unavailable (its own error, a zero Next, a
-// statement the database refuses, a row that does not decode), ended the
-// run with the lease held and no attempt counted. The reaper took the key
-// over at every lease's end and made the foreign call again, for ever:
-// GIVE_UP_AFTER never applied, the key never needed attention, and
-// retention kept its partition. Every such run now releases its lease
-// counting an attempt, so that the retry schedule spaces the attempts out
-// and GIVE_UP_AFTER hands the key to an operator, with the error's words
-// for the tenant ("internal error") and its text for the operator
-// (last_error_detail).
+// A phase that fails after its foreign call ended the run with the lease
+// held and no attempt counted. The failures: its own error, a zero Next, a
+// statement the database refuses, a row that does not decode.
+//
+// The reaper took the key over at every lease's end and called again, for
+// ever. GIVE_UP_AFTER never applied, and retention kept the partition. Such
+// a run now releases its lease counting an attempt, so GIVE_UP_AFTER hands
+// the key to an operator. The tenant reads "internal error", the operator
+// the error itself (last_error_detail).
 func TestFailingPhaseEndsInNeedsAttention(t *testing.T) {
 	t.Parallel()
 	for name, commit := range map[string]func(context.Context, *Tx, *Run[struct{}]) (Next, error){

@@ -7,11 +7,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A phase that makes the object but does not set Run.Object left the run
-// marked as holding it: the next call got the zero object (a nil pointer)
-// and was told it was Fresh, so it skipped the lookup that precedes a
-// resend. The run now loads an object no phase set before its call, and
-// the call is not Fresh.
+// A phase that made the object but did not set Run.Object left the run
+// marked as holding it. The next call got a nil object, and was told it
+// was Fresh, so it skipped the lookup that precedes a resend. The run now
+// loads an object no phase set before its call, and the call is not Fresh.
 func TestRunLoadsAnObjectNoPhaseSet(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -51,8 +50,8 @@ func TestRunLoadsAnObjectNoPhaseSet(t *testing.T) {
 	require.False(t, fresh, "an object the run loaded may have been sent before")
 }
 
-// A call whose key the service spent (Renew) is committed, and the phase
-// must record the renewed call and go again: a phase that proceeds instead
+// A call whose key the service spent (Renew) is committed, and its phase
+// must record the renewed call and go again. A phase that proceeds instead
 // fails the run, and nothing it wrote commits.
 func TestRenewedCallMustGoAgain(t *testing.T) {
 	t.Parallel()

@@ -8,8 +8,8 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
-// Operation is one kind of idempotent request: a name, the requests it
-// serves, and its phases from Start to Done.
+// Operation is one kind of idempotent request. It has a name, the requests
+// it serves, and its phases from Start to Done.
 //
 // S is what the phases work on (a charge, a refund). The first phase makes
 // it, or Load reads it when a run resumes, and each phase hands it on.
@@ -20,7 +20,8 @@ type Operation[S any] struct {
 	// rename an operation whose keys may be unfinished.
 	Name string
 	// Method and Path are the requests it serves. Path's {name} segments
-	// match any one segment ("/v1/charges/{id}/capture"); Segment reads them.
+	// match any one segment ("/v1/charges/{id}/capture"), which Segment
+	// reads.
 	Method, Path string
 	// Parse parses and fingerprints a body sent to path (NewRequest). Its
 	// error refuses the request before its key decides anything. Only a
@@ -29,15 +30,16 @@ type Operation[S any] struct {
 	// Admit, if set, reads in the claim's transaction before the claim
 	// commits, for a new or an unfinished key alike.
 	//
-	// Its error rolls the claim back, so a request it turns away (an unknown
-	// charge, say) leaves no key behind and may be retried with the same key.
+	// Its error rolls the claim back. A request it turns away (an unknown
+	// charge, say) leaves no key, and may be retried with the same key.
 	Admit func(ctx context.Context, tx *Tx, tenantID int64, req Request) error
 	// ObjectID returns the id of the object the request creates or acts on.
-	// The key records it with the first phase; Load finds the object by it.
+	// The key records it with the first phase, and Load finds the object
+	// by it.
 	//
-	// An id derived from what a retry carries (tenant, key, request) is the
-	// same for a retry whose claim's commit was lost in a failover. inc says
-	// which incarnation of the key to derive it for (ErrObjectIDTaken).
+	// Derive the id from what a retry carries (tenant, key, request), so
+	// that a retry whose claim was lost in a failover finds the same id.
+	// The incarnation says which one of the key to derive it for.
 	ObjectID func(tenantID int64, key string, req Request, inc Incarnation) string
 	// Load reads the object of a run that resumes past Start, as its last
 	// committed phase left it.
@@ -47,11 +49,11 @@ type Operation[S any] struct {
 	Phases []Phase[S]
 }
 
-// Phase is one step between two recovery points: an optional foreign call,
-// then a commit.
+// Phase is one step between two recovery points. It makes an optional
+// foreign call, then commits.
 //
 // Phases commit together unless a foreign call stands between them. Those
-// before the first call commit with the claim; a phase with a call starts
+// before the first call commit with the claim. A phase with a call starts
 // a transaction that the call-less phases after it join. A commit is
 // needed before a foreign call, so that a crash during the call finds what
 // it acts on, and at the end. Any other would cost a round trip and make
@@ -71,7 +73,7 @@ type Phase[S any] struct {
 
 // Next is what a phase's Commit decides comes next.
 //
-// The zero Next decides nothing: a Commit that returns it fails the run,
+// The zero Next decides nothing. A Commit that returns it fails the run,
 // so that no phase can leave its decision unsaid.
 type Next struct {
 	kind     nextKind
@@ -99,8 +101,8 @@ func Respond(resp Response) Next { return Next{kind: respond, response: resp} }
 // Again, from a phase with a call, commits the phase's effects without
 // moving the key, and makes the call again.
 //
-// It is how a charge moves to its next PSP after a refusal: the refusal
-// and the new attempt commit together before anything is sent to the new
+// It is how a charge moves to its next PSP after a refusal. The refusal
+// and the new attempt commit together, before anything is sent to the new
 // PSP. The next call is Fresh, since this run committed what it starts from.
 func Again() Next { return Next{kind: again} }
 
@@ -116,7 +118,7 @@ func (n Next) String() string {
 	return "unsaid"
 }
 
-// Run is one run of an operation on one key: what its phases share.
+// Run is one run of an operation on one key. Its phases share it.
 type Run[S any] struct {
 	// Lease is the run's hold on the key. Lease.Record is the key as the
 	// run found it.
@@ -130,15 +132,15 @@ type Run[S any] struct {
 	// precedes a resend.
 	Fresh bool
 
-	loaded bool      // Object is in hand: set by a commit of this run, or loaded
+	loaded bool      // Object is in hand, set by a commit of this run or loaded
 	done   *Response // the answer stored, once a phase responded
 }
 
 // Request is the stored request the run executes.
 func (r *Run[S]) Request() Request { return r.Lease.Record.Request }
 
-// Incarnation is which object id ObjectID is asked for: the one derived for
-// an incarnation of the key, or a random one.
+// Incarnation is which object id ObjectID is asked for. That is the one
+// derived for an incarnation of the key, or a random one.
 type Incarnation struct {
 	n      int
 	random bool
@@ -206,9 +208,8 @@ func (op *Operation[S]) after(point Point) (int, bool) {
 	return 0, false
 }
 
-// span returns the phases [i, end) that commit in the transaction the
-// phase i starts: up to the next phase with a call, or i alone with
-// OneCommitPerPhase.
+// span returns the end of the transaction that phase i starts. That is the
+// next phase with a call, or i+1 with OneCommitPerPhase.
 func (op *Operation[S]) span(i int, oneCommit bool) int {
 	end := i + 1
 	for !oneCommit && end < len(op.Phases) && op.Phases[end].Call == nil {
@@ -217,8 +218,9 @@ func (op *Operation[S]) span(i int, oneCommit bool) int {
 	return end
 }
 
-// withClaim returns how many phases commit in the claim's transaction:
-// those before the first call, or none with OneCommitPerPhase.
+// withClaim returns how many phases commit in the claim's transaction.
+// Those are the phases before the first call, or none with
+// OneCommitPerPhase.
 func (op *Operation[S]) withClaim(oneCommit bool) int {
 	if oneCommit || op.Phases[0].Call != nil {
 		return 0

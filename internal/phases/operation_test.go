@@ -33,8 +33,8 @@ func testOp() *Operation[int] {
 }
 
 // An operation that could not run to done, or could not be told apart
-// from another, is refused when it is registered: a programming error found
-// at start-up, not on the first request that reaches it.
+// from another, is refused when it is registered. The mistake is found at
+// start-up, not on the first request that reaches it.
 func TestRegisterRefusesOperationsThatCannotEnd(t *testing.T) {
 	t.Parallel()
 	require.NotPanics(t, func() { Register(&Engine{ops: map[string]resumer{}}, testOp()) })

@@ -13,9 +13,8 @@ import (
 )
 
 // A pipelined transaction commits all of its statements or none, whether
-// it was sent as one implicit transaction (nothing read before the commit)
-// or opened by a read; a failed fence anywhere in it is ErrLeaseLost, and
-// the connection goes back to the pool idle.
+// sent as one implicit transaction or opened by a read. A failed fence
+// anywhere in it is ErrLeaseLost, and the connection goes back idle.
 func TestPipelinedTransactionCommitsAllOrNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -92,11 +91,12 @@ func TestPipelinedTransactionAbortsAfterAnError(t *testing.T) {
 	require.NotErrorIs(t, err, pgx.ErrTxClosed)
 }
 
-// A queued row's reader that fails after the statement succeeded is the
-// reader's mistake, not the database's: once the exchange that committed
-// was read, Commit says the transaction committed (a *CallbackError),
-// never that it failed — a caller told "failed" would retry what is
-// already written. Before the commit, the same failure aborts the
+// A queued row's reader that fails after the statement succeeded made the
+// commit report failure, though the transaction had committed. A caller
+// told "failed" retries what is already written.
+//
+// Once the exchange that committed was read, Commit now says it committed
+// (a *CallbackError). Before the commit, the same failure aborts the
 // transaction, so nothing relies on what could not be read.
 func TestCommittedTransactionIsReportedCommittedWhenAReaderFails(t *testing.T) {
 	t.Parallel()
@@ -167,9 +167,9 @@ func TestExecReturnsItsRealCommandTag(t *testing.T) {
 	require.Equal(t, 2, n)
 }
 
-// A queued statement writes its arguments as they were when it was queued:
-// a phase that changes a field after queueing the write (a pointer, a
-// slice, a map, bytes) does not change what is written.
+// A queued statement writes its arguments as they were when it was queued.
+// A phase that changes a pointer, slice, map or bytes after queueing the
+// write does not change what is written.
 func TestQueuedArgumentsAreCopiedWhenQueued(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -140,11 +140,10 @@ func (w *rawWorld) delta(fn func()) (statements, parses int64) {
 	return w.statements.Load() - s, w.parses.Load() - p
 }
 
-// A retry of a finished request, its first attempt's bytes, is answered by
-// one read of its key and no parse; the same request encoded otherwise is
-// still a replay, from that same read, parsed; a different body with the
-// same key is still a mismatch and an invalid one still refused, each
-// after that one read. Nothing runs again.
+// A retry of a finished request with its first attempt's bytes is answered
+// by one read of its key and no parse. The same request encoded otherwise
+// is a replay from that read, parsed. A different body is a mismatch, and
+// an invalid one refused, each after that one read. Nothing runs again.
 func TestReplayOfTheSameBytesIsOneReadWithoutParsing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -198,10 +197,10 @@ func TestRawReplayOnAnotherPathIsAMismatch(t *testing.T) {
 	require.EqualValues(t, 1, w.runs.Load())
 }
 
-// A key this process has seen that is not finished behaves as it did: held
-// by a live lease, 409 through the claim; abandoned and due, taken over
-// and run; released until its next attempt, told to wait, from the one
-// read and without parsing (the wait is an answer the stored bytes get).
+// A key this process has seen that is not finished behaves as it did. Held
+// by a live lease, it gets 409 through the claim. Abandoned and due, it is
+// taken over and run. Released until its next attempt, it is told to wait,
+// from the one read and without parsing.
 func TestSeenUnfinishedKeyBehavesAsBefore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

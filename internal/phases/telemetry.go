@@ -30,10 +30,9 @@ const (
 	attrOutcome       = attribute.Key("phasepay.outcome")
 	attrPhase         = attribute.Key("phasepay.phase")
 	attrPSPResult     = attribute.Key("phasepay.psp.result")
-	// A request's span names its operation, its key by hash (never the
-	// key itself: spans leave the service; idempotency.KeyHash) and the
-	// object it creates or acts on (a charge or refund id), so that a
-	// tracing backend finds a request's traces by any of them.
+	// A request's span names its operation, its key's hash and its
+	// object, so that a tracing backend finds its traces by any of them.
+	// Never the key itself, since spans leave the service (KeyHash).
 	attrOperation = attribute.Key("phasepay.operation")
 	attrKeyHash   = attribute.Key("phasepay.key_hash")
 	attrObjectID  = attribute.Key("phasepay.object_id")
@@ -41,7 +40,7 @@ const (
 
 // nameRequest sets the attributes that find a request's span: its
 // operation and key hash, and its object once known ("" leaves it out).
-// Only on a span that records: the hash costs a SHA-256.
+// Only on a span that records, since the hash costs a SHA-256.
 func nameRequest(span trace.Span, op string, key, objectID string) {
 	if !span.IsRecording() {
 		return
@@ -205,9 +204,9 @@ func linkTo(traceContext string) []trace.SpanStartOption {
 	return []trace.SpanStartOption{trace.WithLinks(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("phasepay.link", "claimed_by")}})}
 }
 
-// endSpan ends a request's span; a mismatch or a conflict is an answer the
-// key gave (an event), and an invalid request (AsSent) the client's mistake,
-// not a failure of the span.
+// endSpan ends a request's span. A mismatch or a conflict is an answer the
+// key gave, and an invalid body the client's mistake. Neither fails the
+// span.
 func endSpan(span trace.Span, err error) {
 	if err != nil && !errors.Is(err, idempotency.ErrMismatch) && !errors.Is(err, idempotency.ErrInProgress) &&
 		!errors.As(err, new(*ParseError)) {

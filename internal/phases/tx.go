@@ -14,7 +14,7 @@ import (
 // Tx is the transaction a phase commits in, and the one Admit and Load
 // read in.
 //
-// It is pipelined (pipeline.go): a transaction costs one exchange with the
+// It is pipelined (pipeline.go). A transaction costs one exchange with the
 // database, plus one per read it cannot go on without. Each call says what
 // it does:
 //
@@ -26,7 +26,7 @@ import (
 //   - Query and QueryRow read now, sending what is queued first.
 //   - Exec runs a statement now and returns its real command tag.
 //
-// The engine fences, commits and rolls back; a phase never does.
+// The engine fences, commits and rolls back. A phase never does.
 type Tx struct {
 	p *pipeTx
 }
@@ -58,14 +58,14 @@ func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 }
 
 // Exec sends what is queued and sql in one exchange, and returns sql's
-// command tag. Prefer Queue in a phase: Exec costs an exchange.
+// command tag. Prefer Queue in a phase, since Exec costs an exchange.
 func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	return t.p.exec(ctx, sql, args...)
 }
 
 // CallbackError is a transaction that committed although a queued row's
 // scan failed on a row the database returned (a decoding error, say).
-// What was written is written; what the scan was to fill in is not to be
+// What was written is written. What the scan was to fill in is not to be
 // trusted.
 type CallbackError struct{ Err error }
 
