@@ -38,7 +38,7 @@ type Config struct {
 	// Concurrency is how many intents are in flight at once. Default 16.
 	Concurrency int
 	// Workers is how many bin/api processes serve. Default 3. Worker 0
-	// commits every arrow separately (ONE_COMMIT_PER_PHASE), so that
+	// commits every phase separately (ONE_COMMIT_PER_PHASE), so that
 	// every recovery point is a commit boundary some worker crashes at.
 	Workers int
 	// Reapers is how many bin/reaper processes run. Default 2.

@@ -89,8 +89,8 @@ func (c *commitCounter) count() int {
 	return c.n
 }
 
-// The claim must commit before the PSP call, and the local arrows around it
-// fold into the two transactions; with OneCommitPerPhase every arrow commits.
+// The claim must commit before the PSP call, and the local phases around it
+// fold into the two transactions; with OneCommitPerPhase every phase commits.
 func TestCommitsPerNewCharge(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {

@@ -107,9 +107,9 @@ func insertRefund(ctx context.Context, tx *phases.Tx, key idempotency.ID, id str
 // updateRefundSQL ends a refund and moves its reservation on the charge:
 // into amount_refunded on success, away on failure. It fails its statement
 // (phasepay_fence, migrations/00013) when the refund was not pending: its
-// arrow is fenced and commits once, so that would be a second end, which
+// phase is fenced and commits once, so that would be a second end, which
 // must not write a second event (no event without its change). A failed
-// statement, not a row count, because the engine pipelines the arrow's
+// statement, not a row count, because the engine pipelines the phase's
 // statements and reads no result before the exchange.
 const updateRefundSQL = `
 WITH r AS (
