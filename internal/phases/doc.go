@@ -4,7 +4,7 @@
 //		Name: "notes.send", Method: "POST", Path: "/v1/notes",
 //		Parse: parseNote, ObjectID: noteID, Load: loadNote,
 //		Phases: []phases.Phase[*Note]{
-//			{To: "note_created", Commit: createNote},              // tx 1, with the claim
+//			{To: "note_created", Commit: createNote},                 // tx 1, with the claim
 //			{To: "delivered", Call: deliver, Commit: recordDelivery}, // tx 2, after the call
 //			{To: phases.Done, Commit: answer},                        // tx 2 too
 //		},
@@ -44,8 +44,9 @@
 // Why not a marker per transaction? A commit is needed before a foreign
 // call, so that a crash during the call finds what the call acts on, and
 // at the end. Any other commit costs a round trip and makes nothing more
-// recoverable, so the rule leaves nothing to declare. Config.OneCommitPerPhase
-// commits every phase alone instead, for benchmarks and crash tests.
+// recoverable, so the rule leaves nothing to declare.
+// Config.OneCommitPerPhase commits every phase alone instead, for
+// benchmarks and crash tests.
 //
 // A phase writes in the engine's transaction, Tx, which is pipelined. The
 // fence, the writes, the stored answer and the COMMIT go out in one
@@ -61,9 +62,9 @@
 //
 // An unknown outcome is never retried blind. A call that is not Fresh
 // looks the operation up first, since an earlier attempt may have been
-// acted on and its answer lost. What the Commit needs of the
-// answer (an authorization id, a decline code) travels in the operation's
-// own object, not through the engine.
+// acted on and its answer lost. What the Commit needs of the answer (an
+// authorization id, a decline code) travels in the operation's own
+// object, not through the engine.
 //
 // # Takeover
 //
