@@ -189,7 +189,7 @@ func TestMakeRunShowsATakeover(t *testing.T) {
 	traced, err := trace.CombinedOutput()
 	require.NoError(t, err, "%s", traced)
 	require.Contains(t, string(traced), "linked to "+shown.TraceID)
-	require.Contains(t, string(traced), "charges.resume")
+	require.Contains(t, string(traced), "charges.create.resume")
 	require.Contains(t, string(traced), "phasepay.key_hash=")
 
 	// The next run keeps the key.

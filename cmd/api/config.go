@@ -54,7 +54,7 @@ type Config struct {
 	PprofAddr string
 	// OneCommitPerPhase commits every recovery point separately
 	// (ONE_COMMIT_PER_PHASE=true), for comparison; the default folds the
-	// arrows that have no foreign call between them.
+	// phases that have no foreign call between them.
 	OneCommitPerPhase bool
 	// WebhookAllowPrivate (WEBHOOK_ALLOW_PRIVATE=1) accepts webhook
 	// endpoints on loopback, private and link-local addresses: for

@@ -5,17 +5,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/phases/phasestest"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
@@ -217,15 +216,9 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 		key   = "crash-1"
 		lease = 3 * time.Second
 	)
-	var crashed atomic.Bool
 	b := setup(t, func(m *Main) {
 		m.Config.Lease = lease
-		m.CrashHook = func(_ context.Context, at phases.CrashPoint) error {
-			if at == phases.CrashAfterPSPCall && crashed.CompareAndSwap(false, true) {
-				return errors.New("injected crash after the PSP call")
-			}
-			return nil
-		}
+		m.CrashHook = phasestest.CrashOnceAt(phases.CrashAfterCall)
 	})
 
 	// The crash surfaces as a 500; the key keeps its lease.

@@ -16,9 +16,9 @@ import (
 
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/harness/pgcluster"
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/phases/phasestest"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/migrations"
 )
@@ -66,15 +66,15 @@ func TestReaperRidesOutDatabaseRestart(t *testing.T) {
 	require.NoError(t, err)
 	keys, err := idempotency.NewStore(idempotency.Config{Lease: time.Second})
 	require.NoError(t, err)
-	crashing := chargestest.NewService(t, pool, keys, client, phases.Config{CrashHook: chargestest.CrashAt(phases.CrashAfterClaim)})
+	crashing := chargestest.NewService(t, pool, keys, client, phases.Config{CrashHook: phasestest.CrashAt(phases.CrashAfterClaim)})
 	// abandon leaves a key claimed by a worker that died; the reaper must
 	// finish it once its one-second lease has run out.
 	abandon := func(key string) {
 		t.Helper()
 		req, _ := chargestest.Request(t, `{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`)
 		require.Eventually(t, func() bool {
-			_, err := crashing.Create(ctx, tenant, key, charges.Parsed(req))
-			return errors.Is(err, chargestest.ErrCrash)
+			_, err := crashing.Create(ctx, tenant, key, phases.Parsed(req))
+			return errors.Is(err, phasestest.ErrCrash)
 		}, 30*time.Second, 100*time.Millisecond, "could not abandon %s", key)
 	}
 	requireDone := func(key string) {

@@ -42,7 +42,7 @@ func TestConfiguredURLCredentialsAreNeverLogged(t *testing.T) {
 	require.NoError(t, err)
 	svc, err := charges.NewService(pool, keys, client, phases.Config{})
 	require.NoError(t, err)
-	_, err = svc.Create(ctx, tenant.ID, "creds-1", charges.RawBody([]byte(`{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`)))
+	_, err = svc.Create(ctx, tenant.ID, "creds-1", phases.AsSent([]byte(`{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`)))
 	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
 	svc.Wait()
 

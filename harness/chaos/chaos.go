@@ -26,7 +26,6 @@ import (
 	"github.com/phasepay/phasepay/harness/chaos/history"
 	"github.com/phasepay/phasepay/harness/formation"
 	"github.com/phasepay/phasepay/internal/charges"
-	"github.com/phasepay/phasepay/internal/phases"
 )
 
 // Config configures a run. Zero fields take the defaults noted.
@@ -39,7 +38,7 @@ type Config struct {
 	// Concurrency is how many intents are in flight at once. Default 16.
 	Concurrency int
 	// Workers is how many bin/api processes serve. Default 3. Worker 0
-	// commits every arrow separately (ONE_COMMIT_PER_PHASE), so that
+	// commits every phase separately (ONE_COMMIT_PER_PHASE), so that
 	// every recovery point is a commit boundary some worker crashes at.
 	Workers int
 	// Reapers is how many bin/reaper processes run. Default 2.
@@ -280,9 +279,8 @@ func (s *Summary) Table() string {
 	row("  slowest recovery of all procs", s.DBMaxRecovery)
 	row("unplanned exits (api, reaper)", s.UnplannedExits)
 	row("reaper probe: key finished in", cmp.Or(s.ReaperProbe, "not run"))
-	for _, p := range []string{string(phases.CrashAfterClaim), string(charges.CrashAfterChargeCreated), string(phases.CrashAfterPSPCall), string(charges.CrashAfterPSPAuthorized),
-		"after_capture_started", "after_psp_captured", "after_void_started", "after_psp_voided", "after_refund_created", "after_psp_refunded"} {
-		row("crash point "+p, s.CrashPoints[p])
+	for _, p := range charges.CrashPoints() {
+		row("crash point "+p.String(), s.CrashPoints[p.String()])
 	}
 	row("takeovers (lock_version bumps)", s.Takeovers)
 	row("PSP outages (error_rate 1)", s.Outages)

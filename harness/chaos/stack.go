@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,6 +16,7 @@ import (
 	"github.com/phasepay/phasepay/harness/pgbouncer"
 	"github.com/phasepay/phasepay/harness/pgcluster"
 	"github.com/phasepay/phasepay/harness/procs"
+	"github.com/phasepay/phasepay/internal/charges"
 )
 
 // stack is what a run drives and breaks: a fresh database (on a cluster of
@@ -236,9 +238,11 @@ func (s *stack) startWorkers(ctx context.Context) error {
 	if cfg.Defect != "" {
 		s.common["PHASEPAY_CHAOS_DEFECT"] = cfg.Defect
 	}
-	crash := fmt.Sprintf("after_claim=%[1]v,after_charge_created=%[1]v,after_psp_call=%[1]v,after_psp_authorized=%[1]v,"+
-		"after_capture_started=%[1]v,after_psp_captured=%[1]v,after_void_started=%[1]v,after_psp_voided=%[1]v,"+
-		"after_refund_created=%[1]v,after_psp_refunded=%[1]v", cfg.CrashProbability)
+	var points []string
+	for _, p := range charges.CrashPoints() {
+		points = append(points, fmt.Sprintf("%s=%v", p, cfg.CrashProbability))
+	}
+	crash := strings.Join(points, ",")
 	s.workers = make([]*procs.Process, cfg.Workers)
 	s.bases = make([]string, cfg.Workers)
 	for i := range s.workers {

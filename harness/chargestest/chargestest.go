@@ -7,7 +7,6 @@ package chargestest
 import (
 	"cmp"
 	"context"
-	"errors"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -89,19 +88,6 @@ func Request(t *testing.T, body string) (idempotency.Canonical, charges.CreatePa
 	req, params, err := charges.ParseCreateRequest([]byte(body))
 	require.NoError(t, err)
 	return req, params
-}
-
-// ErrCrash is what a CrashAt hook stops a run with.
-var ErrCrash = errors.New("simulated crash")
-
-// CrashAt returns a phases.Config.CrashHook that dies at point.
-func CrashAt(point phases.CrashPoint) func(context.Context, phases.CrashPoint) error {
-	return func(_ context.Context, at phases.CrashPoint) error {
-		if at == point {
-			return ErrCrash
-		}
-		return nil
-	}
 }
 
 // ChargeIDs returns the ids of the charges of a key.

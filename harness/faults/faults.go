@@ -39,14 +39,14 @@ func CrashHook(getenv func(string) string, logger *slog.Logger) (func(context.Co
 	if spec == "" {
 		return nil, nil
 	}
-	probs := map[phases.CrashPoint]float64{}
+	probs := map[string]float64{} // by crash point name
 	for _, part := range strings.Split(spec, ",") {
 		name, p, ok := strings.Cut(strings.TrimSpace(part), "=")
 		f, err := strconv.ParseFloat(p, 64)
 		if !ok || err != nil || f < 0 || f > 1 {
 			return nil, fmt.Errorf("PHASEPAY_CHAOS_CRASH: %q is not point=probability", part)
 		}
-		probs[phases.CrashPoint(name)] = f
+		probs[name] = f
 	}
 	seed, _ := strconv.ParseUint(getenv("PHASEPAY_CHAOS_SEED"), 10, 64)
 	var (
@@ -55,10 +55,10 @@ func CrashHook(getenv func(string) string, logger *slog.Logger) (func(context.Co
 	)
 	return func(ctx context.Context, at phases.CrashPoint) error {
 		mu.Lock()
-		hit := rnd.Float64() < probs[at]
+		hit := rnd.Float64() < probs[at.String()]
 		mu.Unlock()
 		if hit {
-			logger.WarnContext(ctx, "chaos crash", "point", string(at))
+			logger.WarnContext(ctx, "chaos crash", "point", at.String())
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {} // never returns: the process is gone
 		}

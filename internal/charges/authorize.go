@@ -6,120 +6,112 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/problem"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
-// Authorize: POST /v1/charges, the operation "charges.create". The states
-// of one request, and the transaction that commits each arrow (each
-// recovery point is committed with its arrow's effects, fenced by the
-// key's lock_version):
+// Authorize is POST /v1/charges, the operation "charges.create". Its
+// phases, and the transaction that commits each with its recovery point,
+// fenced by the key's lock_version:
 //
 //	           claim (tx 1)
 //	              │
 //	              ▼
-//	  ┌─────── start ───────┐   tx 1 too (WithClaim): no foreign call between
-//	  │ create the charge   │   the claim and the charge row, so they commit
-//	  ▼                     │   together (unless OneCommitPerPhase: tx 1b)
+//	  ┌─────── start ───────┐   tx 1 too: no foreign call between the claim
+//	  │ create the charge   │   and the charge row, so they commit together
+//	  ▼                     │   (OneCommitPerPhase: tx 1b)
 //	charge_created          │
 //	  │ PSP authorize       │   the foreign call, outside any transaction,
 //	  │ (key <charge>:authorize)  under a heartbeat-renewed lease
 //	  ▼
-//	psp_authorized ─────────┐   tx 2 (the step after the call): the PSP's
-//	  │ answer              │   answer on the charge row; tx 2 too (unless
-//	  ▼                     │   OneCommitPerPhase: tx 2b): the response
-//	                        │   stored for replay, key done
+//	psp_authorized ─────────┐   tx 2, after the call: the PSP's answer on the
+//	  │ answer              │   charge; tx 2 too (OneCommitPerPhase: tx 2b):
+//	  ▼                     │   the response stored, key done
 //	done ◀──────────────────┘
 //
-// A new charge therefore costs two commits; a resumed one starts at its
-// recovery point and costs one commit per remaining transaction. A PSP that
-// stays unavailable releases the lease at charge_created: the next retry or
-// the reaper resumes there and repeats the PSP call with the same PSP key,
-// which can never authorize twice.
+// A new charge costs two commits. A PSP that stays unavailable releases the
+// lease at charge_created. The next run repeats the call under the same PSP
+// key, which can never authorize twice.
 
 // Path is the request path charges' keys are claimed under.
 const Path = "/v1/charges"
 
 // The recovery points of an authorization between start and done.
 const (
-	PointChargeCreated idempotency.RecoveryPoint = "charge_created"
-	PointPSPAuthorized idempotency.RecoveryPoint = "psp_authorized"
+	PointChargeCreated phases.Point = "charge_created"
+	PointPSPAuthorized phases.Point = "psp_authorized"
 )
 
-// The crash points of an authorization's own commits (besides the
-// engine's phases.CrashAfterClaim and phases.CrashAfterPSPCall): after
-// each transaction whose first arrow reaches the point.
-const (
-	CrashAfterChargeCreated = phases.CrashPoint("after_" + PointChargeCreated)
-	CrashAfterPSPAuthorized = phases.CrashPoint("after_" + PointPSPAuthorized)
+// The crash points of an authorization's own commits, besides the claim's
+// and the call's.
+var (
+	CrashAfterChargeCreated = phases.CrashAfter(PointChargeCreated)
+	CrashAfterPSPAuthorized = phases.CrashAfter(PointPSPAuthorized)
 )
 
 func authorizeOperation(a Authorizer, routes Routes, ids *objectIDs) *phases.Operation[*Charge] {
 	return &phases.Operation[*Charge]{
-		Name: "charges.create", ResumeSpan: "charges.resume", Path: Path,
+		Name: "charges.create", Method: http.MethodPost, Path: Path,
+		Parse: func(_ string, body []byte) (phases.Request, error) {
+			req, _, err := ParseCreateRequest(body)
+			return req, err
+		},
 		ObjectID: ids.charge,
-		Load: func(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (*Charge, error) {
-			c, err := chargeByKey(ctx, q, lease.Record.ID())
+		Load: func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (*Charge, error) {
+			c, err := chargeByKey(ctx, tx, run.Lease.Record.ID())
 			if err != nil {
 				return nil, err
 			}
-			return c, loadAttempts(ctx, q, c)
+			return c, loadAttempts(ctx, tx, c)
 		},
-		// tx 1: the claim and the pending charge.
-		WithClaim: []phases.Arrow[*Charge]{
+		Phases: []phases.Phase[*Charge]{
+			// tx 1, with the claim: the pending charge.
 			{To: PointChargeCreated, Commit: createCharge(routes, ids)},
+			// tx 2, after the PSP's answer: the answer on the charge, and
+			// the response stored.
+			{To: PointPSPAuthorized, Call: authorizeCall(a, routes), Commit: recordAuthorization(routes, ids)},
+			{To: phases.Done, Commit: func(_ context.Context, _ *phases.Tx, run *phases.Run[*Charge]) (phases.Next, error) {
+				return phases.Respond(response(run.Object)), nil
+			}},
 		},
-		// tx 2, after the PSP's answer: the answer on the charge, and the
-		// response stored.
-		Steps: []phases.Step[*Charge]{{
-			Call: authorizeCall(a, routes),
-			Arrows: []phases.Arrow[*Charge]{
-				{To: PointPSPAuthorized, Commit: recordAuthorization(routes, ids)},
-				{To: idempotency.PointDone, Commit: func(_ context.Context, _ *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
-					return phases.Respond(response(run.Object)), nil
-				}},
-			},
-		}},
 	}
 }
 
-// createCharge is start → charge_created: a pending charge row, with the id
-// the claim recorded on the key, at the PSP its route starts at, and its
-// first attempt there, recorded before anything is sent. That PSP is the
-// route's first for a charge whose id is derived (pinned: a retry of a
-// claim lost in a failover must find the PSP the claim went to), else the
-// first whose breaker lets new charges in.
-func createCharge(routes Routes, ids *objectIDs) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Transition, error) {
-	return func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
+// createCharge is start → charge_created. It records a pending charge and
+// its first attempt before anything is sent.
+//
+// A charge whose id is derived starts at its route's first PSP (pinned). A
+// retry of a claim lost in a failover must find the PSP the claim went to.
+// Any other starts at the first PSP whose breaker lets new charges in.
+func createCharge(routes Routes, ids *objectIDs) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Next, error) {
+	return func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Next, error) {
 		params, err := requestParams(run.Request())
 		if err != nil {
-			return phases.Transition{}, fmt.Errorf("key %q: stored request: %w", run.Lease.Record.Key, err)
+			return phases.Next{}, fmt.Errorf("key %q: stored request: %w", run.Lease.Record.Key, err)
 		}
 		at := routes.Choose(params.Currency, !routes.Single() && pinned(ids, run, run.ObjectID))
 		run.Object = insertCharge(tx, run.Lease.Record.ID(), run.ObjectID, at, attemptKey(run.ObjectID, 1, routes.Single()), params)
-		return phases.Next(), nil
+		return phases.Proceed(), nil
 	}
 }
 
-// authorizeCall is the foreign call before psp_authorized: one attempt, with
-// the PSP client's own quick retries and lookups. Its PSP key is derived
-// from the charge id, unique across tenants and stable across retries and
-// takeovers, so the PSP answers a repeat with its first answer while it
-// remembers the key; after that, the lookup by reference that precedes
-// every resend (unless the charge is fresh) keeps it from authorizing twice.
+// authorizeCall is the foreign call before psp_authorized. It makes one
+// attempt at the PSP of the charge's current attempt, under its key.
 //
-// With several PSPs the call goes to the charge's current attempt's PSP
-// under that attempt's key; a run that did not commit that attempt itself
-// first looks the charge up at every PSP attempted before (failover.go).
-func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Run[*Charge]) (psp.Outcome, error) {
-	return func(ctx context.Context, run *phases.Run[*Charge]) (psp.Outcome, error) {
+// The key is derived from the charge id, so the PSP answers a repeat with
+// its first answer while it remembers the key. After that, the lookup by
+// reference before every resend keeps it from authorizing twice. A run that
+// did not commit the current attempt itself first looks the charge up at
+// every PSP attempted before (failover.go).
+func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Run[*Charge]) (phases.CallOutcome, error) {
+	return func(ctx context.Context, run *phases.Run[*Charge]) (phases.CallOutcome, error) {
 		c := run.Object
 		cur := c.current()
 		if !run.Fresh {
 			if out, found, err := lookUpEarlier(ctx, routes, c); found || err != nil {
-				return out, err
+				c.answer = out
+				return called(out, err)
 			}
 		}
 		out, err := a.AuthorizeOutcome(ctx, psp.AuthorizeRequest{
@@ -135,30 +127,26 @@ func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Ru
 			PaymentMethod:  c.PaymentMethod,
 			Reference:      c.ID,
 		})
-		if out.PSP == "" {
-			out.PSP = cur.PSP
-		}
+		out.PSP = cmp.Or(out.PSP, cur.PSP)
+		c.answer = out
 		if err != nil {
-			return out, fmt.Errorf("authorize %s at %s: %w", c.ID, cur.PSP, err)
+			err = fmt.Errorf("authorize %s at %s: %w", c.ID, cur.PSP, err)
 		}
-		return out, nil
+		return called(out, err)
 	}
 }
 
-// recordAuthorization is charge_created → psp_authorized: the PSP's final
-// answer (an authorization, a decline or a refusal) on the charge row and
-// its attempt, and its event (charge.authorized, .declined or .failed) in
-// the same transaction.
+// recordAuthorization is charge_created → psp_authorized. It records the
+// PSP's final answer on the charge and its attempt, with its event
+// (charge.authorized, .declined or .failed).
 //
-// A refusal with a PSP left on the charge's route is not an end: the
-// refusal and the next attempt, at the next PSP, commit together and the
-// charge stays at charge_created (phases.Again), so that the next call goes
-// there, Fresh. Only a refusal moves a charge: the PSP answered that it
-// did nothing. A decline is the customer's answer, final everywhere; an
-// unknown outcome never reaches this arrow (the engine releases the run).
-func recordAuthorization(routes Routes, ids *objectIDs) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Transition, error) {
-	return func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
-		c, out := run.Object, run.Outcome
+// A refusal with a PSP left on the charge's route is not an end. The
+// refusal and the next attempt commit together, the charge stays at
+// charge_created, and the call goes round again to the next PSP. A decline
+// is the customer's answer, final everywhere.
+func recordAuthorization(routes Routes, ids *objectIDs) func(context.Context, *phases.Tx, *phases.Run[*Charge]) (phases.Next, error) {
+	return func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Next, error) {
+		c, out := run.Object, run.Object.answer
 		cur := c.current()
 		ended, answered := "", cur
 		switch {
@@ -168,11 +156,11 @@ func recordAuthorization(routes Routes, ids *objectIDs) func(context.Context, *p
 		case out.Declined():
 			c.Status, c.PSPReference, c.DeclineCode, ended = StatusDeclined, &out.Authorization.ID, out.Authorization.DeclineCode, attemptDeclined
 		case out.NewKey:
-			// The key is spent, its outcome still unknown: a new attempt
-			// at the same PSP, under a new key (failover.go).
+			// The key is spent and its outcome still unknown. A new
+			// attempt at the same PSP, under a new key (failover.go).
 			renewKey(tx, c)
 			return phases.Again(), nil
-		default: // refused: nothing was done at the PSP, and never will be
+		default: // refused, so nothing was done at the PSP and never will be
 			if failedOver(tx, run, routes, ids) {
 				return phases.Again(), nil
 			}
@@ -180,25 +168,25 @@ func recordAuthorization(routes Routes, ids *objectIDs) func(context.Context, *p
 			c.Status, c.FailureReason, ended = StatusFailed, &reason, attemptRefused
 		}
 		if c.PSP != cur.PSP {
-			// Found authorized at an earlier PSP: the current attempt
-			// was not what answered.
+			// Found authorized at an earlier PSP. The current attempt was
+			// not what answered.
 			answered = nil
 		}
 		updateAuthorization(tx, c, answered, ended)
 		if err := writeStatusEvent(ctx, tx, c); err != nil {
-			return phases.Transition{}, err
+			return phases.Next{}, err
 		}
-		return phases.Next(), nil
+		return phases.Proceed(), nil
 	}
 }
 
 // response is the final answer for a charge the PSP has answered.
-func response(c *Charge) idempotency.Response {
+func response(c *Charge) phases.Response {
 	switch c.Status {
 	case StatusDeclined:
 		p := problem.New(http.StatusPaymentRequired, problem.CardDeclined, "The card was declined.")
 		p.Charge = c.ID
-		return idempotency.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
+		return phases.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
 	case StatusFailed:
 		reason := "refused by the payment service provider"
 		if c.FailureReason != nil {
@@ -206,16 +194,16 @@ func response(c *Charge) idempotency.Response {
 		}
 		p := problem.New(http.StatusPaymentRequired, problem.PaymentFailed, "The payment failed: "+reason)
 		p.Charge = c.ID
-		return idempotency.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
+		return phases.Response{Status: p.Status, ContentType: problem.ContentType, Body: p.Body()}
 	}
 	return jsonResponse(http.StatusCreated, c)
 }
 
 // jsonResponse is an object's answer.
-func jsonResponse(status int, v interface{ MarshalJSON() ([]byte, error) }) idempotency.Response {
+func jsonResponse(status int, v interface{ MarshalJSON() ([]byte, error) }) phases.Response {
 	body, err := v.MarshalJSON()
 	if err != nil {
-		panic(err) // plain fields only: cannot fail
+		panic(err) // plain fields only, so it cannot fail
 	}
-	return idempotency.Response{Status: status, ContentType: "application/json", Body: append(body, '\n')}
+	return phases.Response{Status: status, ContentType: "application/json", Body: append(body, '\n')}
 }

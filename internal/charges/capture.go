@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/problem"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
-// Capture: POST /v1/charges/{id}/capture. The states of one request and the
-// transaction that commits each arrow:
+// Capture is POST /v1/charges/{id}/capture. Its phases, and the
+// transaction that commits each:
 //
 //	          admit + claim (tx 1)   404 unknown charge, 409 charge_pending:
 //	              │                  rolled back, nothing stored
@@ -29,65 +28,64 @@ import (
 //	  ▼                         │  tx 2 too: 200 with the charge, key done
 //	done ◀──────────────────────┘
 //
-// The settlement column, set under the charge's row lock in tx 1, is what
-// makes at most one capture or void per charge: a racing capture or void
-// waits for the lock and then finds it set, and answers as if it had come
-// after the winner.
+// The settlement column, set under the charge's row lock in tx 1, allows at
+// most one capture or void per charge. A racing capture or void waits for
+// the lock, then finds it set, and answers as if it came after the winner.
 
 // CapturePath is the request path pattern of a capture.
 const CapturePath = "/v1/charges/{id}/capture"
 
 // The recovery points of a capture between start and done.
 const (
-	PointCaptureStarted idempotency.RecoveryPoint = "capture_started"
-	PointPSPCaptured    idempotency.RecoveryPoint = "psp_captured"
+	PointCaptureStarted phases.Point = "capture_started"
+	PointPSPCaptured    phases.Point = "psp_captured"
 )
 
-// CaptureParams is the body of a capture: the amount to capture, all of
-// the authorized amount when nil.
+// CaptureParams is the body of a capture. A nil Amount captures all of the
+// authorized amount.
 type CaptureParams struct {
 	Amount *int64 `json:"amount,omitempty"`
 }
 
 // ParseCaptureRequest parses a capture body for the charge id and
 // fingerprints what was parsed. Errors are *ValidationError.
-func ParseCaptureRequest(chargeID string, body []byte) (idempotency.Canonical, error) {
+func ParseCaptureRequest(chargeID string, body []byte) (phases.Request, error) {
 	var p CaptureParams
 	if err := decode(body, &p); err != nil {
-		return idempotency.Canonical{}, err
+		return phases.Request{}, err
 	}
 	if p.Amount != nil && (*p.Amount <= 0 || *p.Amount > MaxAmount) {
-		return idempotency.Canonical{}, &ValidationError{Fields: []problem.FieldError{{Field: "amount", Message: fmt.Sprintf("must be a positive integer of at most %d", int64(MaxAmount))}}}
+		return phases.Request{}, &ValidationError{Fields: []problem.FieldError{{Field: "amount", Message: fmt.Sprintf("must be a positive integer of at most %d", int64(MaxAmount))}}}
 	}
-	return idempotency.CanonicalizeParams(http.MethodPost, pathOf(CapturePath, chargeID), p)
+	return phases.NewRequest(http.MethodPost, pathOf(CapturePath, chargeID), p)
 }
 
 func captureOperation(o Operator) *phases.Operation[*Charge] {
 	return &phases.Operation[*Charge]{
-		Name: "charges.capture", ResumeSpan: "charges.capture.resume", Path: CapturePath,
-		Admit:    admitSettlement,
-		ObjectID: func(_ int64, _ string, req idempotency.Canonical, _ int) string { return chargeOfPath(req.Path) },
-		Load:     loadCharge,
-		// tx 1: the claim and the settlement claimed under the charge's lock.
-		WithClaim: []phases.Arrow[*Charge]{
-			{To: PointCaptureStarted, Commit: startCapture},
+		Name: "charges.capture", Method: http.MethodPost, Path: CapturePath,
+		Parse: func(path string, body []byte) (phases.Request, error) {
+			return ParseCaptureRequest(chargeOfPath(path), body)
 		},
-		// tx 2, after the PSP's answer: the capture recorded, the answer stored.
-		Steps: []phases.Step[*Charge]{{
-			Call: settleCall(o, psp.KindCapture, "capture", captureAmount),
-			Arrows: []phases.Arrow[*Charge]{
-				{To: PointPSPCaptured, Commit: recordSettlement(StatusCaptured)},
-				{To: idempotency.PointDone, Commit: answerCharge},
-			},
-		}},
+		Admit:    admitSettlement,
+		ObjectID: chargeOfRequest,
+		Load:     loadCharge,
+		Phases: []phases.Phase[*Charge]{
+			// tx 1, with the claim: the settlement claimed under the
+			// charge's lock.
+			{To: PointCaptureStarted, Commit: startCapture},
+			// tx 2, after the PSP's answer: the capture recorded, the
+			// answer stored.
+			{To: PointPSPCaptured, Call: settleCall(o, psp.KindCapture, "capture", captureAmount), Commit: recordSettlement(StatusCaptured)},
+			{To: phases.Done, Commit: answerCharge},
+		},
 	}
 }
 
 // startCapture is start → capture_started, under the charge's row lock.
-func startCapture(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Transition, error) {
+func startCapture(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) (phases.Next, error) {
 	c, err := lockCharge(ctx, tx, run.Lease.Record.TenantID, run.ObjectID)
 	if err != nil {
-		return phases.Transition{}, err
+		return phases.Next{}, err
 	}
 	run.Object = c
 	switch {
@@ -97,11 +95,11 @@ func startCapture(ctx context.Context, tx *phases.Tx, run *phases.Run[*Charge]) 
 		return phases.Respond(refusal(problem.AmountTooLarge, c.ID, fmt.Sprintf("The amount exceeds the authorized %d.", c.Amount))), nil
 	}
 	claimSettlement(tx, c, settleCapture)
-	return phases.Next(), nil
+	return phases.Proceed(), nil
 }
 
-// captureAmount is the amount a capture request asks for: all by default.
-func captureAmount(c *Charge, req idempotency.Canonical) int64 {
+// captureAmount is the amount a capture request asks for, all by default.
+func captureAmount(c *Charge, req phases.Request) int64 {
 	var p CaptureParams
 	if err := decode(req.Body, &p); err != nil || p.Amount == nil {
 		return c.Amount

@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"time"
+
+	"github.com/phasepay/phasepay/internal/psp"
 )
 
 // Status is where a charge stands with the PSP.
@@ -63,6 +65,9 @@ type Charge struct {
 	// attempts are the authorization's attempts, one per PSP, in order
 	// (attempts.go); loaded by the authorization only.
 	attempts []attempt
+	// answer is the PSP's answer to this run's call, for the phase that
+	// records it.
+	answer psp.Outcome
 }
 
 // chargeJSON is the charge object of the API.

@@ -14,6 +14,7 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/phases/phasestest"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
@@ -44,11 +45,11 @@ func TestResumeAfterCrashAtEveryPoint(t *testing.T) {
 		wantReplay bool
 	}{
 		{false, phases.CrashAfterClaim, false},
-		{false, phases.CrashAfterPSPCall, false},
+		{false, phases.CrashAfterCall, false},
 		{false, charges.CrashAfterPSPAuthorized, true},
 		{true, phases.CrashAfterClaim, false},
 		{true, charges.CrashAfterChargeCreated, false},
-		{true, phases.CrashAfterPSPCall, false},
+		{true, phases.CrashAfterCall, false},
 		{true, charges.CrashAfterPSPAuthorized, false},
 	}
 	for _, tt := range tests {
@@ -58,18 +59,18 @@ func TestResumeAfterCrashAtEveryPoint(t *testing.T) {
 			b := setup(t)
 			req, _ := chargestest.Request(t, visa)
 
-			dying := b.Service(t, 0, phases.Config{OneCommitPerPhase: tt.oneCommit, CrashHook: chargestest.CrashAt(tt.at)})
-			_, err := dying.Create(ctx, b.Tenant, "crash", charges.Parsed(req))
-			require.ErrorIs(t, err, chargestest.ErrCrash)
+			dying := b.Service(t, 0, phases.Config{OneCommitPerPhase: tt.oneCommit, CrashHook: phasestest.CrashAt(tt.at)})
+			_, err := dying.Create(ctx, b.Tenant, "crash", phases.Parsed(req))
+			require.ErrorIs(t, err, phasestest.ErrCrash)
 
 			// Before the lease runs out, a retry is told to wait.
-			_, err = b.Service(t, time.Second, phases.Config{OneCommitPerPhase: tt.oneCommit}).Create(ctx, b.Tenant, "crash", charges.Parsed(req))
+			_, err = b.Service(t, time.Second, phases.Config{OneCommitPerPhase: tt.oneCommit}).Create(ctx, b.Tenant, "crash", phases.Parsed(req))
 			if !tt.wantReplay {
 				require.ErrorIs(t, err, idempotency.ErrInProgress)
 			}
 
 			later := b.Service(t, b.Keys.Lease()+time.Second, phases.Config{OneCommitPerPhase: tt.oneCommit})
-			res, err := later.Create(ctx, b.Tenant, "crash", charges.Parsed(req))
+			res, err := later.Create(ctx, b.Tenant, "crash", phases.Parsed(req))
 			require.NoError(t, err)
 			require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 			if tt.wantReplay {
@@ -84,7 +85,7 @@ func TestResumeAfterCrashAtEveryPoint(t *testing.T) {
 			state, _, _ := b.KeyState(t, "crash")
 			require.Equal(t, "done", state)
 
-			again, err := later.Create(ctx, b.Tenant, "crash", charges.Parsed(req))
+			again, err := later.Create(ctx, b.Tenant, "crash", phases.Parsed(req))
 			require.NoError(t, err)
 			require.Equal(t, phases.OutcomeReplay, again.Outcome)
 			require.Equal(t, res.Response, again.Response)
@@ -103,12 +104,12 @@ func TestPSPCalledTwiceAfterTakeoverAuthorizesOnce(t *testing.T) {
 	b := setup(t)
 	req, _ := chargestest.Request(t, visa)
 
-	_, err := b.Service(t, 0, phases.Config{CrashHook: chargestest.CrashAt(phases.CrashAfterPSPCall)}).Create(ctx, b.Tenant, "k", charges.Parsed(req))
-	require.ErrorIs(t, err, chargestest.ErrCrash)
+	_, err := b.Service(t, 0, phases.Config{CrashHook: phasestest.CrashAt(phases.CrashAfterCall)}).Create(ctx, b.Tenant, "k", phases.Parsed(req))
+	require.ErrorIs(t, err, phasestest.ErrCrash)
 	first := b.Mock.Authorizations()
 	require.Len(t, first, 1)
 
-	res, err := b.Service(t, b.Keys.Lease()+time.Second, phases.Config{}).Create(ctx, b.Tenant, "k", charges.Parsed(req))
+	res, err := b.Service(t, b.Keys.Lease()+time.Second, phases.Config{}).Create(ctx, b.Tenant, "k", phases.Parsed(req))
 	require.NoError(t, err)
 	auths := b.AuthorizationsFor(chargeID(t, res.Response))
 	require.Len(t, auths, 1)
@@ -157,12 +158,12 @@ func TestStaleWorkerCannotCommitAfterTakeover(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := stalled.Create(ctx, b.Tenant, "stall", charges.Parsed(req))
+		res, err := stalled.Create(ctx, b.Tenant, "stall", phases.Parsed(req))
 		done <- result{res, err}
 	}()
 	<-gate.entered
 
-	fresh, err := b.Service(t, b.Keys.Lease()+time.Second, phases.Config{}).Create(ctx, b.Tenant, "stall", charges.Parsed(req))
+	fresh, err := b.Service(t, b.Keys.Lease()+time.Second, phases.Config{}).Create(ctx, b.Tenant, "stall", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, phases.OutcomeTakeover, fresh.Outcome)
 
@@ -189,7 +190,7 @@ func TestPSPOutageIsRetriedOnSchedule(t *testing.T) {
 	svc := b.Service(t, 0, phases.Config{})
 
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
-	_, outageErr := svc.Create(ctx, b.Tenant, "outage", charges.Parsed(req))
+	_, outageErr := svc.Create(ctx, b.Tenant, "outage", phases.Parsed(req))
 	require.ErrorIs(t, outageErr, charges.ErrPSPUnavailable)
 	rec, err := b.Keys.Lookup(ctx, b.Pool, b.Tenant, "outage")
 	require.NoError(t, err)
@@ -204,7 +205,7 @@ func TestPSPOutageIsRetriedOnSchedule(t *testing.T) {
 	require.Positive(t, unavailable.RetryAfterSeconds())
 
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))
-	_, err = svc.Create(ctx, b.Tenant, "outage", charges.Parsed(req))
+	_, err = svc.Create(ctx, b.Tenant, "outage", phases.Parsed(req))
 	var wait *idempotency.WaitError
 	require.ErrorAs(t, err, &wait, "a retry before the next attempt is due waits")
 	require.Equal(t, rec.ObjectID, wait.ObjectID)
@@ -212,7 +213,7 @@ func TestPSPOutageIsRetriedOnSchedule(t *testing.T) {
 
 	// Due: the retry resumes at once.
 	due := b.Service(t, 2*time.Second, phases.Config{})
-	res, err := due.Create(ctx, b.Tenant, "outage", charges.Parsed(req))
+	res, err := due.Create(ctx, b.Tenant, "outage", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, phases.OutcomeTakeover, res.Outcome)
 	require.Equal(t, 201, res.Response.Status)
@@ -227,7 +228,7 @@ func TestDeclinedChargeIsStoredAsProblem(t *testing.T) {
 	req, _ := chargestest.Request(t, `{"amount":500,"currency":"eur","payment_method":"pm_card_chargeDeclined"}`)
 	svc := b.Service(t, 0, phases.Config{})
 
-	res, err := svc.Create(ctx, b.Tenant, "declined", charges.Parsed(req))
+	res, err := svc.Create(ctx, b.Tenant, "declined", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 402, res.Response.Status)
 	require.Equal(t, "application/problem+json", res.Response.ContentType)

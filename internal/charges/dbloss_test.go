@@ -77,7 +77,7 @@ func TestDatabaseLostAfterPSPAnsweredKeepsNoLease(t *testing.T) {
 
 	req, _ := chargestest.Request(t, `{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`)
 	start := time.Now()
-	_, err = svc.Create(ctx, tenant, "k", charges.Parsed(req))
+	_, err = svc.Create(ctx, tenant, "k", phases.Parsed(req))
 	require.Error(t, err)
 	require.True(t, dbstate.Unavailable(err), "%v", err)
 	require.Less(t, time.Since(start), 5*time.Second, "no request hangs on a dead database")
@@ -100,7 +100,7 @@ func TestDatabaseLostAfterPSPAnsweredKeepsNoLease(t *testing.T) {
 	require.True(t, rec.Due, "the release scheduled the next attempt later")
 
 	// The client's next retry resumes it at once.
-	res, err := svc.Create(ctx, tenant, "k", charges.Parsed(req))
+	res, err := svc.Create(ctx, tenant, "k", phases.Parsed(req))
 	require.NoError(t, err, "the retry after the database came back was not resumed")
 	require.Equal(t, http.StatusCreated, res.Response.Status)
 	var charge struct{ ID string }

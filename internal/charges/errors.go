@@ -11,9 +11,10 @@ import (
 var (
 	// ErrNotFound: no such charge for this tenant.
 	ErrNotFound = errors.New("charge not found")
-	// ErrPSPUnavailable: the PSP did not answer after the client's retries.
-	// The key was released at its last recovery point and resumes on retry.
-	ErrPSPUnavailable = phases.ErrPSPUnavailable
+	// ErrPSPUnavailable: the PSP did not answer after the client's retries,
+	// or was busy. The key was released at its last recovery point and
+	// resumes on retry.
+	ErrPSPUnavailable = phases.ErrUnavailable
 )
 
 // UnavailableError is ErrPSPUnavailable with what the client is told: the

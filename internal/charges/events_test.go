@@ -12,6 +12,7 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/phases/phasestest"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
@@ -123,8 +124,8 @@ func TestNoStatusChangeWithoutItsEvent(t *testing.T) {
 	t.Parallel()
 	t.Run("operations", testOperationEventsAtEveryCrashPoint)
 	points := map[bool][]phases.CrashPoint{
-		false: {"", phases.CrashAfterClaim, phases.CrashAfterPSPCall, charges.CrashAfterPSPAuthorized},
-		true:  {"", phases.CrashAfterClaim, charges.CrashAfterChargeCreated, phases.CrashAfterPSPCall, charges.CrashAfterPSPAuthorized},
+		false: {noCrash, phases.CrashAfterClaim, phases.CrashAfterCall, charges.CrashAfterPSPAuthorized},
+		true:  {noCrash, phases.CrashAfterClaim, charges.CrashAfterChargeCreated, phases.CrashAfterCall, charges.CrashAfterPSPAuthorized},
 	}
 	outcomes := map[string]struct {
 		pm     string
@@ -144,16 +145,16 @@ func TestNoStatusChangeWithoutItsEvent(t *testing.T) {
 					require.NoError(t, b.Mock.SetFaults(o.faults))
 					req, _ := chargestest.Request(t, fmt.Sprintf(`{"amount":1000,"currency":"usd","payment_method":%q}`, o.pm))
 					cfg := phases.Config{OneCommitPerPhase: oneCommit}
-					if at != "" {
-						cfg.CrashHook = chargestest.CrashAt(at)
+					if at != noCrash {
+						cfg.CrashHook = phasestest.CrashAt(at)
 					}
-					_, err := b.Service(t, 0, cfg).Create(ctx, b.Tenant, "k", charges.Parsed(req))
-					if at != "" {
-						require.ErrorIs(t, err, chargestest.ErrCrash)
+					_, err := b.Service(t, 0, cfg).Create(ctx, b.Tenant, "k", phases.Parsed(req))
+					if at != noCrash {
+						require.ErrorIs(t, err, phasestest.ErrCrash)
 					}
 					requireEventsMatchStatuses(t, b)
 
-					_, _ = b.Service(t, b.Keys.Lease()+time.Second, phases.Config{OneCommitPerPhase: oneCommit}).Create(ctx, b.Tenant, "k", charges.Parsed(req))
+					_, _ = b.Service(t, b.Keys.Lease()+time.Second, phases.Config{OneCommitPerPhase: oneCommit}).Create(ctx, b.Tenant, "k", phases.Parsed(req))
 					state, _, _ := b.KeyState(t, "k")
 					require.Equal(t, "done", state)
 					requireEventsMatchStatuses(t, b)
@@ -165,12 +166,15 @@ func TestNoStatusChangeWithoutItsEvent(t *testing.T) {
 	}
 }
 
+// noCrash is no crash point: a run that does not crash.
+var noCrash phases.CrashPoint
+
 // operationCrashPoints are the crash points of capture, void and refund
-// ("" for no crash).
+// (noCrash for none).
 var operationCrashPoints = map[string][]phases.CrashPoint{
-	"capture": {"", phases.CrashAfterClaim, phases.CrashAfter(charges.PointCaptureStarted), phases.CrashAfterPSPCall, phases.CrashAfter(charges.PointPSPCaptured)},
-	"void":    {"", phases.CrashAfterClaim, phases.CrashAfter(charges.PointVoidStarted), phases.CrashAfterPSPCall, phases.CrashAfter(charges.PointPSPVoided)},
-	"refund":  {"", phases.CrashAfterClaim, phases.CrashAfter(charges.PointRefundCreated), phases.CrashAfterPSPCall, phases.CrashAfter(charges.PointPSPRefunded)},
+	"capture": {noCrash, phases.CrashAfterClaim, phases.CrashAfter(charges.PointCaptureStarted), phases.CrashAfterCall, phases.CrashAfter(charges.PointPSPCaptured)},
+	"void":    {noCrash, phases.CrashAfterClaim, phases.CrashAfter(charges.PointVoidStarted), phases.CrashAfterCall, phases.CrashAfter(charges.PointPSPVoided)},
+	"refund":  {noCrash, phases.CrashAfterClaim, phases.CrashAfter(charges.PointRefundCreated), phases.CrashAfterCall, phases.CrashAfter(charges.PointPSPRefunded)},
 }
 
 // runOperation runs the operation named op on charge id under key "op":
@@ -182,15 +186,15 @@ func runOperation(t *testing.T, b *chargestest.Bundle, s *charges.Service, op, i
 	case "capture":
 		req, err := charges.ParseCaptureRequest(id, []byte(`{"amount":600}`))
 		require.NoError(t, err)
-		return s.Capture(ctx, b.Tenant, "op", id, charges.Parsed(req))
+		return s.Capture(ctx, b.Tenant, "op", id, phases.Parsed(req))
 	case "void":
 		req, err := charges.ParseVoidRequest(id, []byte(`{}`))
 		require.NoError(t, err)
-		return s.Void(ctx, b.Tenant, "op", id, charges.Parsed(req))
+		return s.Void(ctx, b.Tenant, "op", id, phases.Parsed(req))
 	}
 	req, _, err := charges.ParseRefundRequest(fmt.Appendf(nil, `{"charge":%q,"amount":400}`, id))
 	require.NoError(t, err)
-	return s.Refund(ctx, b.Tenant, "op", charges.Parsed(req))
+	return s.Refund(ctx, b.Tenant, "op", phases.Parsed(req))
 }
 
 // testOperationEventsAtEveryCrashPoint is TestNoStatusChangeWithoutItsEvent
@@ -212,19 +216,19 @@ func testOperationEventsAtEveryCrashPoint(t *testing.T) {
 						if op == "refund" {
 							req, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 							require.NoError(t, err)
-							_, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(req))
+							_, err = svc.Capture(ctx, b.Tenant, "cap", id, phases.Parsed(req))
 							require.NoError(t, err)
 						}
 						if refused {
 							require.NoError(t, b.Mock.SetFaults(psp.Faults{RejectRate: 1}))
 						}
 						cfg := phases.Config{OneCommitPerPhase: oneCommit}
-						if at != "" {
-							cfg.CrashHook = chargestest.CrashAt(at)
+						if at != noCrash {
+							cfg.CrashHook = phasestest.CrashAt(at)
 						}
 						_, err := runOperation(t, b, b.Service(t, 0, cfg), op, id)
-						if at != "" && err != nil {
-							require.ErrorIs(t, err, chargestest.ErrCrash)
+						if at != noCrash && err != nil {
+							require.ErrorIs(t, err, phasestest.ErrCrash)
 						}
 						requireEventsMatchStatuses(t, b)
 
@@ -270,7 +274,7 @@ func TestNeedsAttentionWritesItsEvent(t *testing.T) {
 	b := chargestest.Setup(t, idempotency.Config{RetryBase: time.Millisecond, RetryMax: time.Millisecond, GiveUpAfter: time.Hour})
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
 	req, _ := chargestest.Request(t, visa)
-	_, err := b.Service(t, 0, phases.Config{}).Create(ctx, b.Tenant, "k", charges.Parsed(req))
+	_, err := b.Service(t, 0, phases.Config{}).Create(ctx, b.Tenant, "k", phases.Parsed(req))
 	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
 	requireEventsMatchStatuses(t, b)
 	var n int
@@ -278,7 +282,7 @@ func TestNeedsAttentionWritesItsEvent(t *testing.T) {
 	require.Zero(t, n)
 
 	// Past GIVE_UP_AFTER: the next failed attempt gives up.
-	_, err = b.Service(t, 2*time.Hour, phases.Config{}).Create(ctx, b.Tenant, "k", charges.Parsed(req))
+	_, err = b.Service(t, 2*time.Hour, phases.Config{}).Create(ctx, b.Tenant, "k", phases.Parsed(req))
 	require.ErrorIs(t, err, idempotency.ErrUnresolved)
 	state, _, _ := b.KeyState(t, "k")
 	require.Equal(t, "needs_attention", state)
@@ -305,7 +309,7 @@ func TestOperationEventsReachSubscribedEndpoints(t *testing.T) {
 	svc := b.Service(t, 0, phases.Config{})
 	captured := authorized(t, b, svc)
 	req, _ := chargestest.Request(t, visa)
-	res, err := svc.Create(ctx, b.Tenant, "auth2", charges.Parsed(req))
+	res, err := svc.Create(ctx, b.Tenant, "auth2", phases.Parsed(req))
 	require.NoError(t, err)
 	voided := chargeID(t, res.Response)
 	res, err = runOperation(t, b, svc, "capture", captured)
@@ -313,16 +317,16 @@ func TestOperationEventsReachSubscribedEndpoints(t *testing.T) {
 	require.Equal(t, 200, res.Response.Status)
 	vreq, err := charges.ParseVoidRequest(voided, []byte(`{}`))
 	require.NoError(t, err)
-	res, err = svc.Void(ctx, b.Tenant, "void", voided, charges.Parsed(vreq))
+	res, err = svc.Void(ctx, b.Tenant, "void", voided, phases.Parsed(vreq))
 	require.NoError(t, err)
 	require.Equal(t, 200, res.Response.Status)
 	rreq, _, err := charges.ParseRefundRequest(fmt.Appendf(nil, `{"charge":%q,"amount":100}`, captured))
 	require.NoError(t, err)
-	res, err = svc.Refund(ctx, b.Tenant, "refund", charges.Parsed(rreq))
+	res, err = svc.Refund(ctx, b.Tenant, "refund", phases.Parsed(rreq))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status)
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{RejectRate: 1}))
-	res, err = svc.Refund(ctx, b.Tenant, "refund2", charges.Parsed(rreq))
+	res, err = svc.Refund(ctx, b.Tenant, "refund2", phases.Parsed(rreq))
 	require.NoError(t, err)
 	require.Equal(t, 402, res.Response.Status)
 

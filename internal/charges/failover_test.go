@@ -93,7 +93,7 @@ func (b *failoverBundle) create(dbURL, key, body string) phases.Result {
 	defer pool.Close()
 	svc := chargestest.NewService(b.t, pool, b.keys, b.client, phases.Config{})
 	req, _ := chargestest.Request(b.t, body)
-	res, err := svc.Create(ctx, b.tenant, key, charges.Parsed(req))
+	res, err := svc.Create(ctx, b.tenant, key, phases.Parsed(req))
 	require.NoError(b.t, err)
 	svc.Wait()
 	return res

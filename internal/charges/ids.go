@@ -86,16 +86,20 @@ func (ids *objectIDs) load(ctx context.Context, q idempotency.DBTX) error {
 }
 
 // charge is authorize's ObjectID.
-func (ids *objectIDs) charge(tenantID int64, key string, req idempotency.Canonical, incarnation int) string {
-	return ids.derive("ch_", tenantID, key, req.Fingerprint, incarnation)
+func (ids *objectIDs) charge(tenantID int64, key string, req phases.Request, inc phases.Incarnation) string {
+	return ids.derive("ch_", tenantID, key, req.Fingerprint, inc)
 }
 
 // derived reports whether id is a charge id derived for the tenant, key and
 // request (some incarnation of ObjectID's), rather than a random one: a
 // retry of a lost claim derives it again (see pinned, failover.go).
-func (ids *objectIDs) derived(tenantID int64, key string, req idempotency.Canonical, id string) bool {
+func (ids *objectIDs) derived(tenantID int64, key string, req phases.Request, id string) bool {
+	secret := ids.secret.Load()
+	if secret == nil || ids.random.Load() {
+		return false
+	}
 	for n := range phases.ObjectIDAttempts {
-		if ids.charge(tenantID, key, req, n) == id {
+		if hmacID(*secret, "ch_", tenantID, key, req.Fingerprint, n) == id {
 			return true
 		}
 	}
@@ -103,29 +107,36 @@ func (ids *objectIDs) derived(tenantID int64, key string, req idempotency.Canoni
 }
 
 // refund is refund's ObjectID.
-func (ids *objectIDs) refund(tenantID int64, key string, req idempotency.Canonical, incarnation int) string {
-	return ids.derive("re_", tenantID, key, req.Fingerprint, incarnation)
+func (ids *objectIDs) refund(tenantID int64, key string, req phases.Request, inc phases.Incarnation) string {
+	return ids.derive("re_", tenantID, key, req.Fingerprint, inc)
 }
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
 
-// derive returns prefix and 24 base-32 characters (120 bits, the shape of
-// newID's) of the HMAC. A negative incarnation (the engine's last resort),
-// or a process without the secret (an entry point that did not load it, a
-// bug), gets a random id: never a derived one that might collide.
-func (ids *objectIDs) derive(prefix string, tenantID int64, key string, fp idempotency.Fingerprint, incarnation int) string {
+// derive returns the id of the incarnation inc asks for. The engine's last
+// resort (no incarnation derived), or a process without the secret (an
+// entry point that did not load it, a bug), gets a random id: never a
+// derived one that might collide.
+func (ids *objectIDs) derive(prefix string, tenantID int64, key string, fp idempotency.Fingerprint, inc phases.Incarnation) string {
 	secret := ids.secret.Load()
-	if secret == nil || incarnation < 0 || ids.random.Load() {
+	n, ok := inc.Derived()
+	if secret == nil || !ok || ids.random.Load() {
 		return newID(prefix)
 	}
-	mac := hmac.New(sha256.New, *secret)
+	return hmacID(*secret, prefix, tenantID, key, fp, n)
+}
+
+// hmacID returns prefix and 24 base-32 characters (120 bits, the shape of
+// newID's) of the HMAC of the n-th incarnation's id.
+func hmacID(secret []byte, prefix string, tenantID int64, key string, fp idempotency.Fingerprint, n int) string {
+	mac := hmac.New(sha256.New, secret)
 	var b []byte
 	b = append(b, prefix...)
 	b = binary.BigEndian.AppendUint64(b, uint64(tenantID))
 	b = binary.BigEndian.AppendUint32(b, uint32(len(key)))
 	b = append(b, key...)
 	b = append(b, fp[:]...)
-	b = binary.BigEndian.AppendUint32(b, uint32(incarnation))
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
 	mac.Write(b)
 	return prefix + idEncoding.EncodeToString(mac.Sum(nil)[:15])
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/harness/chargestest"
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
@@ -51,7 +50,7 @@ func TestLostLeaseStopsThePSPCallsRetries(t *testing.T) {
 	req, _ := chargestest.Request(t, visa)
 	done := make(chan error, 1)
 	go func() {
-		_, err := svc.Create(ctx, b.Tenant, "k", charges.Parsed(req))
+		_, err := svc.Create(ctx, b.Tenant, "k", phases.Parsed(req))
 		done <- err
 	}()
 	require.Eventually(t, func() bool { return sends() > 0 }, 5*time.Second, 10*time.Millisecond)

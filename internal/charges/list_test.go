@@ -27,7 +27,7 @@ func TestListPagesThroughTiesInOrder(t *testing.T) {
 	var want []string
 	for i := range 7 {
 		req, _ := chargestest.Request(t, visa)
-		res, err := svc.Create(ctx, b.Tenant, fmt.Sprintf("k%d", i), charges.Parsed(req))
+		res, err := svc.Create(ctx, b.Tenant, fmt.Sprintf("k%d", i), phases.Parsed(req))
 		require.NoError(t, err)
 		want = append(want, chargeID(t, res.Response))
 	}
@@ -69,17 +69,17 @@ func TestListRefundsOfACharge(t *testing.T) {
 	id := authorized(t, b, svc)
 	capReq, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 	require.NoError(t, err)
-	_, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(capReq))
+	_, err = svc.Capture(ctx, b.Tenant, "cap", id, phases.Parsed(capReq))
 	require.NoError(t, err)
 	req, _ := chargestest.Request(t, visa)
-	res, err := svc.Create(ctx, b.Tenant, "other", charges.Parsed(req))
+	res, err := svc.Create(ctx, b.Tenant, "other", phases.Parsed(req))
 	require.NoError(t, err)
 	other := chargeID(t, res.Response) // a charge with no refunds
 	var want []string
 	for i := range 4 {
 		req, _, err := charges.ParseRefundRequest([]byte(`{"charge":"` + id + `","amount":100}`))
 		require.NoError(t, err)
-		res, err := svc.Refund(ctx, b.Tenant, fmt.Sprintf("r%d", i), charges.Parsed(req))
+		res, err := svc.Refund(ctx, b.Tenant, fmt.Sprintf("r%d", i), phases.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, res.Response.Status)
 		var r struct{ ID string }

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/harness/chargestest"
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/routing"
@@ -72,7 +71,7 @@ func TestLostClaimIsNotRetriedAtAnotherPSP(t *testing.T) {
 		ctx := context.Background()
 		w := newRoutedWorld(t, routedConfig{threshold: 2})
 		req, _ := chargestest.Request(t, visa)
-		first, err := chargestest.NewService(t, w.Pool, w.Keys, w.process(t), phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
+		first, err := chargestest.NewService(t, w.Pool, w.Keys, w.process(t), phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, first.Response.Status, string(first.Response.Body))
 		id := chargeID(t, first.Response)
@@ -82,7 +81,7 @@ func TestLostClaimIsNotRetriedAtAnotherPSP(t *testing.T) {
 		// The retry reaches a process that saw the primary fail meanwhile.
 		other := w.process(t)
 		w.openBreaker(t, other, "primary")
-		retry, err := chargestest.NewService(t, w.Pool, w.Keys, other, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
+		retry, err := chargestest.NewService(t, w.Pool, w.Keys, other, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, phases.OutcomeNew, retry.Outcome, "the key is new to the promoted standby")
 		require.Equal(t, id, chargeID(t, retry.Response), "the retry derives the lost claim's charge id")
@@ -98,7 +97,7 @@ func TestLostClaimIsNotRetriedAtAnotherPSP(t *testing.T) {
 		// the secondary was open.
 		one := w.process(t)
 		w.openBreaker(t, one, "secondary")
-		first, err := chargestest.NewService(t, w.Pool, w.Keys, one, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
+		first, err := chargestest.NewService(t, w.Pool, w.Keys, one, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, first.Response.Status, string(first.Response.Body))
 		id := chargeID(t, first.Response)
@@ -106,7 +105,7 @@ func TestLostClaimIsNotRetriedAtAnotherPSP(t *testing.T) {
 		require.Len(t, held, 1)
 
 		w.loseClaim(t, "k")
-		retry, err := chargestest.NewService(t, w.Pool, w.Keys, w.process(t), phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
+		retry, err := chargestest.NewService(t, w.Pool, w.Keys, w.process(t), phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, retry.Response.Status, string(retry.Response.Body))
 		require.Equal(t, id, chargeID(t, retry.Response))

@@ -14,7 +14,6 @@ import (
 
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/harness/testdb"
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 )
@@ -90,8 +89,8 @@ func (c *commitCounter) count() int {
 	return c.n
 }
 
-// The claim must commit before the PSP call, and the local arrows around it
-// fold into the two transactions; with OneCommitPerPhase every arrow commits.
+// The claim must commit before the PSP call, and the local phases around it
+// fold into the two transactions; with OneCommitPerPhase every phase commits.
 func TestCommitsPerNewCharge(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -110,7 +109,7 @@ func TestCommitsPerNewCharge(t *testing.T) {
 			svc := chargestest.NewService(t, pool, b.Keys, b.PSP, tt.cfg)
 
 			req, _ := chargestest.Request(t, visa)
-			res, err := svc.Create(ctx, b.Tenant, "commits", charges.Parsed(req))
+			res, err := svc.Create(ctx, b.Tenant, "commits", phases.Parsed(req))
 			require.NoError(t, err)
 			require.Equal(t, 201, res.Response.Status)
 			require.Equal(t, tt.want, counter.count())
@@ -121,7 +120,7 @@ func TestCommitsPerNewCharge(t *testing.T) {
 			require.EqualValues(t, 1, lv)
 
 			// A replay is a plain read: nothing commits.
-			res, err = svc.Create(ctx, b.Tenant, "commits", charges.Parsed(req))
+			res, err = svc.Create(ctx, b.Tenant, "commits", phases.Parsed(req))
 			require.NoError(t, err)
 			require.Equal(t, phases.OutcomeReplay, res.Outcome)
 			require.Equal(t, tt.want, counter.count())

@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/phases/phasestest"
 )
 
 // A capture, a void and a refund each die at every crash point their runs
@@ -23,9 +23,9 @@ func TestOperationsResumeAfterCrashAtEveryPoint(t *testing.T) {
 		points []phases.CrashPoint
 	}
 	ops := []op{
-		{"capture", []phases.CrashPoint{phases.CrashAfterClaim, phases.CrashAfter(charges.PointCaptureStarted), phases.CrashAfterPSPCall, phases.CrashAfter(charges.PointPSPCaptured)}},
-		{"void", []phases.CrashPoint{phases.CrashAfterClaim, phases.CrashAfter(charges.PointVoidStarted), phases.CrashAfterPSPCall, phases.CrashAfter(charges.PointPSPVoided)}},
-		{"refund", []phases.CrashPoint{phases.CrashAfterClaim, phases.CrashAfter(charges.PointRefundCreated), phases.CrashAfterPSPCall, phases.CrashAfter(charges.PointPSPRefunded)}},
+		{"capture", []phases.CrashPoint{phases.CrashAfterClaim, phases.CrashAfter(charges.PointCaptureStarted), phases.CrashAfterCall, phases.CrashAfter(charges.PointPSPCaptured)}},
+		{"void", []phases.CrashPoint{phases.CrashAfterClaim, phases.CrashAfter(charges.PointVoidStarted), phases.CrashAfterCall, phases.CrashAfter(charges.PointPSPVoided)}},
+		{"refund", []phases.CrashPoint{phases.CrashAfterClaim, phases.CrashAfter(charges.PointRefundCreated), phases.CrashAfterCall, phases.CrashAfter(charges.PointPSPRefunded)}},
 	}
 	for _, o := range ops {
 		for _, oneCommit := range []bool{false, true} {
@@ -39,7 +39,7 @@ func TestOperationsResumeAfterCrashAtEveryPoint(t *testing.T) {
 					if o.name == "refund" {
 						req, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 						require.NoError(t, err)
-						_, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(req))
+						_, err = svc.Capture(ctx, b.Tenant, "cap", id, phases.Parsed(req))
 						require.NoError(t, err)
 					}
 					run := func(s *charges.Service) (phases.Result, error) {
@@ -47,21 +47,21 @@ func TestOperationsResumeAfterCrashAtEveryPoint(t *testing.T) {
 						case "capture":
 							req, err := charges.ParseCaptureRequest(id, []byte(`{"amount":600}`))
 							require.NoError(t, err)
-							return s.Capture(ctx, b.Tenant, "op", id, charges.Parsed(req))
+							return s.Capture(ctx, b.Tenant, "op", id, phases.Parsed(req))
 						case "void":
 							req, err := charges.ParseVoidRequest(id, []byte(`{}`))
 							require.NoError(t, err)
-							return s.Void(ctx, b.Tenant, "op", id, charges.Parsed(req))
+							return s.Void(ctx, b.Tenant, "op", id, phases.Parsed(req))
 						}
 						req, _, err := charges.ParseRefundRequest(fmt.Appendf(nil, `{"charge":%q,"amount":400}`, id))
 						require.NoError(t, err)
-						return s.Refund(ctx, b.Tenant, "op", charges.Parsed(req))
+						return s.Refund(ctx, b.Tenant, "op", phases.Parsed(req))
 					}
-					_, err := run(b.Service(t, 0, phases.Config{OneCommitPerPhase: oneCommit, CrashHook: chargestest.CrashAt(at)}))
+					_, err := run(b.Service(t, 0, phases.Config{OneCommitPerPhase: oneCommit, CrashHook: phasestest.CrashAt(at)}))
 					if err == nil {
 						return // this mode does not pass this point
 					}
-					require.ErrorIs(t, err, chargestest.ErrCrash)
+					require.ErrorIs(t, err, phasestest.ErrCrash)
 					res, err := run(b.Service(t, b.Keys.Lease()+time.Second, phases.Config{OneCommitPerPhase: oneCommit}))
 					require.NoError(t, err)
 					require.Contains(t, []int{200, 201}, res.Response.Status, string(res.Response.Body))

@@ -20,7 +20,7 @@ import (
 func authorized(t *testing.T, b *chargestest.Bundle, svc *charges.Service) string {
 	t.Helper()
 	req, _ := chargestest.Request(t, visa)
-	res, err := svc.Create(context.Background(), b.Tenant, "auth", charges.Parsed(req))
+	res, err := svc.Create(context.Background(), b.Tenant, "auth", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status)
 	return chargeID(t, res.Response)
@@ -51,14 +51,14 @@ func TestConcurrentCaptureAndVoidOneWins(t *testing.T) {
 					errs[i] = perr
 					return
 				}
-				res, err = svc.Capture(ctx, b.Tenant, fmt.Sprintf("c%d", i), id, charges.Parsed(req))
+				res, err = svc.Capture(ctx, b.Tenant, fmt.Sprintf("c%d", i), id, phases.Parsed(req))
 			} else {
 				req, perr := charges.ParseVoidRequest(id, []byte(`{}`))
 				if perr != nil {
 					errs[i] = perr
 					return
 				}
-				res, err = svc.Void(ctx, b.Tenant, fmt.Sprintf("v%d", i), id, charges.Parsed(req))
+				res, err = svc.Void(ctx, b.Tenant, fmt.Sprintf("v%d", i), id, phases.Parsed(req))
 			}
 			if err != nil {
 				errs[i] = err
@@ -85,7 +85,7 @@ func TestConcurrentRefundsNeverExceedCaptured(t *testing.T) {
 	id := authorized(t, b, svc)
 	req, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 	require.NoError(t, err)
-	res, err := svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(req))
+	res, err := svc.Capture(ctx, b.Tenant, "cap", id, phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 200, res.Response.Status, string(res.Response.Body))
 
@@ -102,7 +102,7 @@ func TestConcurrentRefundsNeverExceedCaptured(t *testing.T) {
 				errs[i] = err
 				return
 			}
-			res, err := svc.Refund(ctx, b.Tenant, fmt.Sprintf("r%d", i), charges.Parsed(req))
+			res, err := svc.Refund(ctx, b.Tenant, fmt.Sprintf("r%d", i), phases.Parsed(req))
 			if err != nil {
 				errs[i] = err
 				return
@@ -136,22 +136,22 @@ func TestCaptureWaitsForUnresolvedAuthorization(t *testing.T) {
 	svc := b.Service(t, 0, phases.Config{})
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
 	req, _ := chargestest.Request(t, visa)
-	_, err := svc.Create(ctx, b.Tenant, "auth", charges.Parsed(req))
+	_, err := svc.Create(ctx, b.Tenant, "auth", phases.Parsed(req))
 	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
 	id := b.ChargeIDs(t, "auth")[0]
 
 	capture, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 	require.NoError(t, err)
-	_, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(capture))
+	_, err = svc.Capture(ctx, b.Tenant, "cap", id, phases.Parsed(capture))
 	require.ErrorIs(t, err, charges.ErrChargePending)
 
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))
 	_, err = b.Pool.Exec(ctx, `UPDATE idempotency_keys SET next_attempt_at = NULL WHERE key = 'auth'`)
 	require.NoError(t, err)
-	res, err := svc.Create(ctx, b.Tenant, "auth", charges.Parsed(req))
+	res, err := svc.Create(ctx, b.Tenant, "auth", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status)
-	res, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(capture))
+	res, err = svc.Capture(ctx, b.Tenant, "cap", id, phases.Parsed(capture))
 	require.NoError(t, err)
 	require.Equal(t, 200, res.Response.Status, string(res.Response.Body))
 	require.Len(t, b.Mock.Captures(), 1)
@@ -175,7 +175,7 @@ func TestRefusedRefundKeyNamesNoObject(t *testing.T) {
 				t.Helper()
 				req, _, err := charges.ParseRefundRequest([]byte(body))
 				require.NoError(t, err)
-				res, err := svc.Refund(ctx, b.Tenant, key, charges.Parsed(req))
+				res, err := svc.Refund(ctx, b.Tenant, key, phases.Parsed(req))
 				require.NoError(t, err)
 				return res.Response.Status
 			}
@@ -191,7 +191,7 @@ func TestRefusedRefundKeyNamesNoObject(t *testing.T) {
 
 			req, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 			require.NoError(t, err)
-			_, err = svc.Capture(ctx, b.Tenant, "cap", id, charges.Parsed(req))
+			_, err = svc.Capture(ctx, b.Tenant, "cap", id, phases.Parsed(req))
 			require.NoError(t, err)
 			require.Equal(t, 400, refund("too-much", fmt.Sprintf(`{"charge":%q,"amount":5000}`, id)))
 			require.Empty(t, objectOf("too-much"), "amount_too_large made no refund")

@@ -14,6 +14,7 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/phases/phasestest"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
@@ -78,7 +79,7 @@ func TestFinalPSPFailureIsStoredAndNeverResent(t *testing.T) {
 	req, _ := chargestest.Request(t, visa)
 	svc := w.service(t, 0, phases.Config{})
 
-	res, err := svc.Create(ctx, w.Tenant, "refused", charges.Parsed(req))
+	res, err := svc.Create(ctx, w.Tenant, "refused", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 402, res.Response.Status)
 	code, id, detail := problemOf(t, res.Response)
@@ -94,7 +95,7 @@ func TestFinalPSPFailureIsStoredAndNeverResent(t *testing.T) {
 	require.Equal(t, 1, w.posts(), "sent once")
 
 	require.NoError(t, w.mock.SetFaults(psp.Faults{}))
-	again, err := w.service(t, time.Hour, phases.Config{}).Create(ctx, w.Tenant, "refused", charges.Parsed(req))
+	again, err := w.service(t, time.Hour, phases.Config{}).Create(ctx, w.Tenant, "refused", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, phases.OutcomeReplay, again.Outcome)
 	require.Equal(t, res.Response, again.Response)
@@ -115,7 +116,7 @@ func TestLostAnswerIsResolvedByLookup(t *testing.T) {
 	w := newMockWorld(t, psp.MockConfig{Faults: psp.Faults{DropRate: 1}})
 	req, _ := chargestest.Request(t, visa)
 
-	res, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "lost", charges.Parsed(req))
+	res, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "lost", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 	auths := w.mock.Authorizations()
@@ -142,13 +143,13 @@ func TestResendAfterPSPForgotKeyNeverChargesTwice(t *testing.T) {
 	w := newMockWorld(t, psp.MockConfig{KeyTTL: time.Minute})
 	req, _ := chargestest.Request(t, visa)
 
-	_, err := w.service(t, 0, phases.Config{CrashHook: chargestest.CrashAt(phases.CrashAfterPSPCall)}).
-		Create(ctx, w.Tenant, "forgot", charges.Parsed(req))
-	require.ErrorIs(t, err, chargestest.ErrCrash)
+	_, err := w.service(t, 0, phases.Config{CrashHook: phasestest.CrashAt(phases.CrashAfterCall)}).
+		Create(ctx, w.Tenant, "forgot", phases.Parsed(req))
+	require.ErrorIs(t, err, phasestest.ErrCrash)
 	require.Len(t, w.mock.Authorizations(), 1)
 
 	w.offset.Store(int64(2 * time.Minute)) // the PSP has forgotten the key
-	res, err := w.service(t, w.Keys.Lease()+time.Second, phases.Config{}).Create(ctx, w.Tenant, "forgot", charges.Parsed(req))
+	res, err := w.service(t, w.Keys.Lease()+time.Second, phases.Config{}).Create(ctx, w.Tenant, "forgot", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 	auths := w.mock.Authorizations()

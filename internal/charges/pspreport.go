@@ -17,7 +17,7 @@ import (
 // resumes it (the reaper, within one REAPER_INTERVAL, or the client's
 // retry) passes the hint to the PSP's connector, which reads the object by
 // id and checks it is the charge's, and records what it finds through the
-// engine's arrows, fenced, like any recovery point. So a webhook cannot
+// engine's phases, fenced, like any recovery point. So a webhook cannot
 // record anything twice, nor anything a run did not see for itself; one
 // that arrives twice, late or for an already settled charge changes
 // nothing.

@@ -26,12 +26,12 @@ func TestReplayOfTheStoredBytesLooksLikeAnyReplay(t *testing.T) {
 	pool := testdb.Pool(t, b.URL, b.T0, counter.configure)
 	svc := chargestest.NewService(t, pool, b.Keys, b.PSP, tb.cfg)
 
-	first, err := svc.Create(ctx, b.Tenant, "raw", charges.RawBody([]byte(visa)))
+	first, err := svc.Create(ctx, b.Tenant, "raw", phases.AsSent([]byte(visa)))
 	require.NoError(t, err)
 	require.Equal(t, phases.OutcomeNew, first.Outcome)
 	tb.take(t)
 	req, _ := chargestest.Request(t, visa)
-	parsed, err := svc.Create(ctx, b.Tenant, "raw", charges.Parsed(req))
+	parsed, err := svc.Create(ctx, b.Tenant, "raw", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, phases.OutcomeReplay, parsed.Outcome)
 	require.Equal(t, first.Response, parsed.Response)
@@ -39,7 +39,7 @@ func TestReplayOfTheStoredBytesLooksLikeAnyReplay(t *testing.T) {
 
 	for _, body := range []string{visa, "{\"payment_method\": \"pm_card_visa\", \"currency\": \"usd\", \"amount\": 1000}\n"} {
 		trips := counter.n.Load()
-		res, err := svc.Create(ctx, b.Tenant, "raw", charges.RawBody([]byte(body)))
+		res, err := svc.Create(ctx, b.Tenant, "raw", phases.AsSent([]byte(body)))
 		require.NoError(t, err)
 		require.Equal(t, parsed, res, body)
 		require.EqualValues(t, 1, counter.n.Load()-trips, "one round trip: %s", body)
@@ -52,9 +52,9 @@ func TestReplayOfTheStoredBytesLooksLikeAnyReplay(t *testing.T) {
 
 	// Another body under the key is still the mismatch, an invalid one
 	// still refused before anything is decided.
-	_, err = svc.Create(ctx, b.Tenant, "raw", charges.RawBody([]byte(`{"amount":1001,"currency":"usd","payment_method":"pm_card_visa"}`)))
+	_, err = svc.Create(ctx, b.Tenant, "raw", phases.AsSent([]byte(`{"amount":1001,"currency":"usd","payment_method":"pm_card_visa"}`)))
 	require.ErrorIs(t, err, idempotency.ErrMismatch)
-	_, err = svc.Create(ctx, b.Tenant, "raw", charges.RawBody([]byte(`{"amount":1000,"currency":"usd","payment_method":"pm_card_visa","x":1}`)))
+	_, err = svc.Create(ctx, b.Tenant, "raw", phases.AsSent([]byte(`{"amount":1000,"currency":"usd","payment_method":"pm_card_visa","x":1}`)))
 	var perr *phases.ParseError
 	require.ErrorAs(t, err, &perr)
 	var verr *charges.ValidationError
@@ -73,19 +73,19 @@ func TestCaptureReplayOnAnotherChargeIsAMismatch(t *testing.T) {
 	svc := chargestest.NewService(t, b.Pool, b.Keys, b.PSP, phases.Config{})
 	var ids []string
 	for _, key := range []string{"auth-1", "auth-2"} {
-		res, err := svc.Create(ctx, b.Tenant, key, charges.RawBody([]byte(visa)))
+		res, err := svc.Create(ctx, b.Tenant, key, phases.AsSent([]byte(visa)))
 		require.NoError(t, err)
 		ids = append(ids, chargeID(t, res.Response))
 	}
-	first, err := svc.Capture(ctx, b.Tenant, "cap", ids[0], charges.RawBody([]byte(`{}`)))
+	first, err := svc.Capture(ctx, b.Tenant, "cap", ids[0], phases.AsSent([]byte(`{}`)))
 	require.NoError(t, err)
 	require.Equal(t, 200, first.Response.Status)
-	again, err := svc.Capture(ctx, b.Tenant, "cap", ids[0], charges.RawBody([]byte(`{}`)))
+	again, err := svc.Capture(ctx, b.Tenant, "cap", ids[0], phases.AsSent([]byte(`{}`)))
 	require.NoError(t, err)
 	require.Equal(t, phases.Result{Response: first.Response, Outcome: phases.OutcomeReplay}, again)
-	_, err = svc.Capture(ctx, b.Tenant, "cap", ids[1], charges.RawBody([]byte(`{}`)))
+	_, err = svc.Capture(ctx, b.Tenant, "cap", ids[1], phases.AsSent([]byte(`{}`)))
 	require.ErrorIs(t, err, idempotency.ErrMismatch)
-	_, err = svc.Void(ctx, b.Tenant, "cap", ids[0], charges.RawBody([]byte(`{}`)))
+	_, err = svc.Void(ctx, b.Tenant, "cap", ids[0], phases.AsSent([]byte(`{}`)))
 	require.ErrorIs(t, err, idempotency.ErrMismatch, "nor on another operation's path")
 	require.Len(t, b.Mock.Captures(), 1)
 }

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/problem"
 	"github.com/phasepay/phasepay/internal/psp"
 )
 
-// Refund: POST /v1/refunds. The states of one request and the transaction
-// that commits each arrow:
+// Refund is POST /v1/refunds. Its phases, and the transaction that
+// commits each:
 //
 //	          admit + claim (tx 1)   404 unknown charge: rolled back
 //	              │
@@ -30,8 +29,8 @@ import (
 //	  ▼                         │  tx 2 too: 201 refund, or 402; key done
 //	done ◀──────────────────────┘
 //
-// The reservation (charges.amount_refunding), taken under the charge's row
-// lock and bounded by a CHECK constraint, is what keeps pending and
+// The reservation (charges.amount_refunding) is taken under the charge's
+// row lock and bounded by a CHECK constraint. It keeps pending and
 // succeeded refunds together within amount_captured, however many refunds
 // race on one charge.
 
@@ -40,12 +39,12 @@ const RefundPath = "/v1/refunds"
 
 // The recovery points of a refund between start and done.
 const (
-	PointRefundCreated idempotency.RecoveryPoint = "refund_created"
-	PointPSPRefunded   idempotency.RecoveryPoint = "psp_refunded"
+	PointRefundCreated phases.Point = "refund_created"
+	PointPSPRefunded   phases.Point = "psp_refunded"
 )
 
-// RefundParams is the body of a refund: the charge, and the amount (all
-// that is left to refund when nil).
+// RefundParams is the body of a refund. A nil Amount refunds all that is
+// left.
 type RefundParams struct {
 	Charge string `json:"charge"`
 	Amount *int64 `json:"amount,omitempty"`
@@ -53,10 +52,10 @@ type RefundParams struct {
 
 // ParseRefundRequest parses a refund body and fingerprints what was parsed.
 // Errors are *ValidationError.
-func ParseRefundRequest(body []byte) (idempotency.Canonical, RefundParams, error) {
+func ParseRefundRequest(body []byte) (phases.Request, RefundParams, error) {
 	var p RefundParams
 	if err := decode(body, &p); err != nil {
-		return idempotency.Canonical{}, p, err
+		return phases.Request{}, p, err
 	}
 	verr := &ValidationError{}
 	if !chargeIDRE.MatchString(p.Charge) {
@@ -66,52 +65,52 @@ func ParseRefundRequest(body []byte) (idempotency.Canonical, RefundParams, error
 		verr.add("amount", "must be a positive integer of at most %d", int64(MaxAmount))
 	}
 	if len(verr.Fields) > 0 {
-		return idempotency.Canonical{}, p, verr
+		return phases.Request{}, p, verr
 	}
-	req, err := idempotency.CanonicalizeParams(http.MethodPost, RefundPath, p)
+	req, err := phases.NewRequest(http.MethodPost, RefundPath, p)
 	return req, p, err
 }
 
 func refundOperation(o Operator, ids *objectIDs) *phases.Operation[*Refund] {
 	return &phases.Operation[*Refund]{
-		Name: "refunds.create", ResumeSpan: "refunds.resume", Path: RefundPath,
-		Admit: func(ctx context.Context, tx *phases.Tx, tenantID int64, req idempotency.Canonical) error {
+		Name: "refunds.create", Method: http.MethodPost, Path: RefundPath,
+		Parse: func(_ string, body []byte) (phases.Request, error) {
+			req, _, err := ParseRefundRequest(body)
+			return req, err
+		},
+		Admit: func(ctx context.Context, tx *phases.Tx, tenantID int64, req phases.Request) error {
 			_, err := chargeByID(ctx, tx, tenantID, refundParams(req).Charge)
 			return err
 		},
 		ObjectID: ids.refund,
-		Load: func(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (*Refund, error) {
-			return refundByKey(ctx, q, lease.Record.ID())
+		Load: func(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) (*Refund, error) {
+			return refundByKey(ctx, tx, run.Lease.Record.ID())
 		},
-		// tx 1: the claim, the amount reserved on the charge and the
-		// pending refund, under the charge's lock.
-		WithClaim: []phases.Arrow[*Refund]{
+		Phases: []phases.Phase[*Refund]{
+			// tx 1, with the claim: the amount reserved on the charge and
+			// the pending refund, under the charge's lock.
 			{To: PointRefundCreated, Commit: createRefund},
+			// tx 2, after the PSP's answer: the refund's end, the answer
+			// stored.
+			{To: PointPSPRefunded, Call: refundCall(o), Commit: recordRefund},
+			{To: phases.Done, Commit: answerRefund},
 		},
-		// tx 2, after the PSP's answer: the refund's end, the answer stored.
-		Steps: []phases.Step[*Refund]{{
-			Call: refundCall(o),
-			Arrows: []phases.Arrow[*Refund]{
-				{To: PointPSPRefunded, Commit: recordRefund},
-				{To: idempotency.PointDone, Commit: answerRefund},
-			},
-		}},
 	}
 }
 
 // createRefund is start → refund_created, under the charge's row lock.
-func createRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) (phases.Transition, error) {
+func createRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) (phases.Next, error) {
 	p := refundParams(run.Request())
 	c, err := lockCharge(ctx, tx, run.Lease.Record.TenantID, p.Charge)
 	if err != nil {
-		return phases.Transition{}, err
+		return phases.Next{}, err
 	}
 	left := c.AmountCaptured - c.AmountRefunded - c.amountRefunding
 	amount := left
 	if p.Amount != nil {
 		amount = *p.Amount
 	}
-	var refused idempotency.Response
+	var refused phases.Response
 	switch {
 	case c.Status != StatusCaptured || left == 0:
 		refused = refusal(problem.ChargeNotRefundable, c.ID, fmt.Sprintf("Charge %s is %s with %d left to refund.", c.ID, c.Status, max(left, 0)))
@@ -119,38 +118,40 @@ func createRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) 
 		refused = refusal(problem.AmountTooLarge, c.ID, fmt.Sprintf("The amount exceeds the %d left to refund.", left))
 	}
 	if refused.Status != 0 {
-		// No refund was made: the key names no object, rather than the
-		// refund id derived for it, which would answer 404 (pitfall 107
-		// "A refused request's key names an object that does not exist").
-		// The refusal names the charge.
+		// No refund was made, so the key names no object. The refund id
+		// derived for it would answer 404 (pitfall 107 "A refused
+		// request's key names an object that does not exist"). The
+		// refusal names the charge.
 		if err := run.Lease.SetObject(ctx, tx, ""); err != nil {
-			return phases.Transition{}, err
+			return phases.Next{}, err
 		}
 		return phases.Respond(refused), nil
 	}
 	if run.Object, err = insertRefund(ctx, tx, run.Lease.Record.ID(), run.ObjectID, c, amount); err != nil {
-		return phases.Transition{}, err
+		return phases.Next{}, err
 	}
-	return phases.Next(), nil
+	return phases.Proceed(), nil
 }
 
-// refundCall is the foreign call: the refund of the charge's authorization,
+// refundCall is the foreign call, the refund of the charge's authorization
 // under the key derived from the refund.
-func refundCall(o Operator) func(context.Context, *phases.Run[*Refund]) (psp.Outcome, error) {
-	return func(ctx context.Context, run *phases.Run[*Refund]) (psp.Outcome, error) {
+func refundCall(o Operator) func(context.Context, *phases.Run[*Refund]) (phases.CallOutcome, error) {
+	return func(ctx context.Context, run *phases.Run[*Refund]) (phases.CallOutcome, error) {
 		r := run.Object
-		return operate(ctx, o, psp.OperationRequest{
+		out, err := operate(ctx, o, psp.OperationRequest{
 			Kind: psp.KindRefund, IdempotencyKey: r.ID + ":refund", FirstSend: run.Fresh,
 			Authorization: r.authorization, Amount: r.Amount, Reference: r.ID, PSP: r.psp,
 		})
+		r.answer = out
+		return called(out, err)
 	}
 }
 
-// recordRefund is refund_created → psp_refunded: the refund's end, the
-// reservation on the charge turned into a refund or released, and the
-// event (refund.succeeded or .failed) in the same transaction.
-func recordRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) (phases.Transition, error) {
-	r, out := run.Object, run.Outcome
+// recordRefund is refund_created → psp_refunded. It records the refund's
+// end, turns the charge's reservation into a refund or releases it, and
+// writes the event (refund.succeeded or .failed) in the same transaction.
+func recordRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) (phases.Next, error) {
+	r, out := run.Object, run.Object.answer
 	if out.Class == psp.ClassSuccess {
 		r.Status, r.PSPReference = RefundSucceeded, &out.Operation.ID
 	} else {
@@ -159,13 +160,14 @@ func recordRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) 
 	}
 	updateRefund(tx, r)
 	if err := writeRefundEvent(ctx, tx, r); err != nil {
-		return phases.Transition{}, err
+		return phases.Next{}, err
 	}
-	return phases.Next(), nil
+	return phases.Proceed(), nil
 }
 
-// answerRefund is psp_refunded → done: 201 with the refund, or 402.
-func answerRefund(_ context.Context, _ *phases.Tx, run *phases.Run[*Refund]) (phases.Transition, error) {
+// answerRefund is psp_refunded → done. It answers 201 with the refund, or
+// 402.
+func answerRefund(_ context.Context, _ *phases.Tx, run *phases.Run[*Refund]) (phases.Next, error) {
 	r := run.Object
 	if r.Status == RefundFailed {
 		return phases.Respond(failure(r.Charge, cmp.Or(deref(r.failureReason), "refused by the payment service provider"))), nil
@@ -173,9 +175,9 @@ func answerRefund(_ context.Context, _ *phases.Tx, run *phases.Run[*Refund]) (ph
 	return phases.Respond(jsonResponse(http.StatusCreated, r)), nil
 }
 
-// refundParams reads a stored refund request (validated before it was
-// stored).
-func refundParams(req idempotency.Canonical) RefundParams {
+// refundParams reads a stored refund request, validated before it was
+// stored.
+func refundParams(req phases.Request) RefundParams {
 	var p RefundParams
 	_ = decode(req.Body, &p)
 	return p

@@ -12,6 +12,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/psp"
 )
 
 // RefundStatus is where a refund stands with the PSP.
@@ -38,8 +39,9 @@ type Refund struct {
 	CreatedAt    time.Time
 
 	failureReason *string
-	authorization string // the charge's PSP authorization, for the PSP call
-	psp           string // the PSP that holds it, where the refund goes
+	authorization string      // the charge's PSP authorization, for the PSP call
+	psp           string      // the PSP that holds it, where the refund goes
+	answer        psp.Outcome // the PSP's answer to this run's call
 }
 
 // MarshalJSON renders the API's refund object.
@@ -105,9 +107,9 @@ func insertRefund(ctx context.Context, tx *phases.Tx, key idempotency.ID, id str
 // updateRefundSQL ends a refund and moves its reservation on the charge:
 // into amount_refunded on success, away on failure. It fails its statement
 // (phasepay_fence, migrations/00013) when the refund was not pending: its
-// arrow is fenced and commits once, so that would be a second end, which
+// phase is fenced and commits once, so that would be a second end, which
 // must not write a second event (no event without its change). A failed
-// statement, not a row count, because the engine pipelines the arrow's
+// statement, not a row count, because the engine pipelines the phase's
 // statements and reads no result before the exchange.
 const updateRefundSQL = `
 WITH r AS (

@@ -67,7 +67,7 @@ func TestSpentKeyRenewsTheAttemptAtTheSamePSP(t *testing.T) {
 	svc := chargestest.NewService(t, b.Pool, b.Keys, p, phases.Config{})
 	req, _ := chargestest.Request(t, visa)
 
-	_, err := svc.Create(ctx, b.Tenant, "renewed", charges.Parsed(req))
+	_, err := svc.Create(ctx, b.Tenant, "renewed", phases.Parsed(req))
 	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
 	ids := b.ChargeIDs(t, "renewed")
 	require.Len(t, ids, 1)
@@ -108,7 +108,7 @@ func TestSpentKeyRenewsTheAttemptAtTheSamePSP(t *testing.T) {
 	require.True(t, due)
 	require.Equal(t, "pi_reported", *rows()[1].Reference)
 
-	res, err := svc.Create(ctx, b.Tenant, "renewed", charges.Parsed(req))
+	res, err := svc.Create(ctx, b.Tenant, "renewed", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status)
 	require.Equal(t, "pi_reported", p.asked[2].Hint)

@@ -21,7 +21,7 @@ import (
 // the settlement back for a void the PSP then refuses; a refund marked
 // failed would let the customer be refunded twice.
 //
-// The resolution commits what the operation's own last arrow would have:
+// The resolution commits what the operation's own last phase would have:
 // the PSP's result on the object (captured and its amount, voided, a
 // refund succeeded), or the operation given up (a capture's or void's
 // settlement released, a refund failed and its amount no longer held), the
@@ -36,7 +36,7 @@ type OperationFinder interface {
 
 // resolveSettlement settles a needs_attention capture or void (kind).
 func (s *Service) resolveSettlement(ctx context.Context, lease *idempotency.Lease, r Resolution, kind psp.OperationKind) (idempotency.Response, error) {
-	c, err := loadCharge(ctx, s.pool, lease)
+	c, err := chargeOfKey(ctx, s.pool, lease.Record)
 	if err != nil {
 		return idempotency.Response{}, err
 	}

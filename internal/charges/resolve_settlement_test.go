@@ -47,15 +47,15 @@ func (w *settleWorld) run(t *testing.T, op, key, chargeID, body string) (phases.
 	case "capture":
 		req, err := charges.ParseCaptureRequest(chargeID, []byte(body))
 		require.NoError(t, err)
-		return w.svc.Capture(ctx, w.Tenant, key, chargeID, charges.Parsed(req))
+		return w.svc.Capture(ctx, w.Tenant, key, chargeID, phases.Parsed(req))
 	case "void":
 		req, err := charges.ParseVoidRequest(chargeID, []byte(body))
 		require.NoError(t, err)
-		return w.svc.Void(ctx, w.Tenant, key, chargeID, charges.Parsed(req))
+		return w.svc.Void(ctx, w.Tenant, key, chargeID, phases.Parsed(req))
 	default:
 		req, _, err := charges.ParseRefundRequest([]byte(body))
 		require.NoError(t, err)
-		return w.svc.Refund(ctx, w.Tenant, key, charges.Parsed(req))
+		return w.svc.Refund(ctx, w.Tenant, key, phases.Parsed(req))
 	}
 }
 
@@ -377,7 +377,7 @@ func TestResolveCaptureAsksThePSPThatHoldsTheAuthorization(t *testing.T) {
 	w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {RejectRate: 1}}})
 	svc := w.service(t, 0, phases.Config{})
 	req, _ := chargestest.Request(t, visa)
-	res, err := svc.Create(ctx, w.Tenant, "auth", charges.Parsed(req))
+	res, err := svc.Create(ctx, w.Tenant, "auth", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 	id := chargeID(t, res.Response)
@@ -386,8 +386,8 @@ func TestResolveCaptureAsksThePSPThatHoldsTheAuthorization(t *testing.T) {
 	require.NoError(t, w.mocks["secondary"].SetFaults(psp.Faults{DropRate: 1, LookupErrorRate: 1}))
 	capture, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 	require.NoError(t, err)
-	_, err = svc.Capture(ctx, w.Tenant, "cap", id, charges.Parsed(capture))
-	require.ErrorIs(t, err, phases.ErrPSPUnavailable)
+	_, err = svc.Capture(ctx, w.Tenant, "cap", id, phases.Parsed(capture))
+	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
 	require.NoError(t, w.mocks["secondary"].SetFaults(psp.Faults{}))
 	// Given up (GIVE_UP_AFTER, as the reaper's release would).
 	_, err = w.Pool.Exec(ctx, `UPDATE idempotency_keys SET state = 'needs_attention', next_attempt_at = NULL WHERE tenant_id = $1 AND key = 'cap'`, w.Tenant)

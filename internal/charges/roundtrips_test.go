@@ -12,7 +12,6 @@ import (
 
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/harness/testdb"
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/phases"
 )
 
@@ -73,14 +72,14 @@ func roundTrips(t *testing.T, cfg phases.Config, n int) (perNew, perReplay, perC
 	req, _ := chargestest.Request(t, visa)
 	create := func(key string, want phases.Outcome) {
 		t.Helper()
-		res, err := svc.Create(ctx, b.Tenant, key, charges.Parsed(req))
+		res, err := svc.Create(ctx, b.Tenant, key, phases.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, res.Response.Status)
 		require.Equal(t, want, res.Outcome)
 	}
 	replayCold := func(key string) {
 		t.Helper()
-		res, err := cold.Create(ctx, b.Tenant, key, charges.Parsed(req))
+		res, err := cold.Create(ctx, b.Tenant, key, phases.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, res.Response.Status)
 		require.Equal(t, phases.OutcomeReplay, res.Outcome)

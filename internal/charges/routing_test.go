@@ -17,6 +17,7 @@ import (
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/phases/phasestest"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/routing"
 )
@@ -179,7 +180,7 @@ func crashAtNth(point phases.CrashPoint, n int) func(context.Context, phases.Cra
 	var seen atomic.Int32
 	return func(_ context.Context, at phases.CrashPoint) error {
 		if at == point && int(seen.Add(1)) == n {
-			return chargestest.ErrCrash
+			return phasestest.ErrCrash
 		}
 		return nil
 	}
@@ -200,19 +201,19 @@ func TestFinalFailureFailsOver(t *testing.T) {
 	}{
 		{"no crash", nil, false},
 		{"no crash, one commit per phase", nil, true},
-		{"crash after the refusal", crashAtNth(phases.CrashAfterPSPCall, 1), false},
+		{"crash after the refusal", crashAtNth(phases.CrashAfterCall, 1), false},
 		{"crash after the failover committed", crashAtNth(charges.CrashAfterChargeCreated, 1), false},
-		{"crash after the second PSP answered", crashAtNth(phases.CrashAfterPSPCall, 2), false},
+		{"crash after the second PSP answered", crashAtNth(phases.CrashAfterCall, 2), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {RejectRate: 1}}})
 			req, _ := chargestest.Request(t, visa)
-			res, err := w.service(t, 0, phases.Config{CrashHook: tt.crash, OneCommitPerPhase: tt.one}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
+			res, err := w.service(t, 0, phases.Config{CrashHook: tt.crash, OneCommitPerPhase: tt.one}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 			if tt.crash != nil {
-				require.ErrorIs(t, err, chargestest.ErrCrash)
-				res, err = w.service(t, 2*time.Minute, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
+				require.ErrorIs(t, err, phasestest.ErrCrash)
+				res, err = w.service(t, 2*time.Minute, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 			}
 			require.NoError(t, err)
 			require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
@@ -234,7 +235,7 @@ func TestFinalFailureFailsOver(t *testing.T) {
 			// Capture goes to the PSP that holds the authorization.
 			creq, err := charges.ParseCaptureRequest(c.ID, []byte(`{}`))
 			require.NoError(t, err)
-			cap, err := w.service(t, 0, phases.Config{}).Capture(ctx, w.Tenant, "cap", c.ID, charges.Parsed(creq))
+			cap, err := w.service(t, 0, phases.Config{}).Capture(ctx, w.Tenant, "cap", c.ID, phases.Parsed(creq))
 			require.NoError(t, err)
 			require.Equal(t, 200, cap.Response.Status, string(cap.Response.Body))
 			require.Len(t, captures(w.mocks["secondary"]), 1)
@@ -251,7 +252,7 @@ func TestFailoverTimelineSaysMoved(t *testing.T) {
 	ctx := context.Background()
 	w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {RejectRate: 1}}})
 	req, _ := chargestest.Request(t, visa)
-	res, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
+	res, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status)
 	h, err := idempotency.ReadHistory(ctx, w.Pool, w.Tenant, "k")
@@ -297,7 +298,7 @@ func TestDeclineIsNeverSentToAnotherPSP(t *testing.T) {
 			ctx := context.Background()
 			w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": f}})
 			req, _ := chargestest.Request(t, declined)
-			res, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
+			res, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 			require.NoError(t, err)
 			require.Equal(t, 402, res.Response.Status)
 			code, id, _ := problemOf(t, res.Response)
@@ -332,8 +333,8 @@ func TestUnknownOutcomeNeverFailsOver(t *testing.T) {
 		// Create returned).
 		w := newRoutedWorld(t, routedConfig{slow: map[string]time.Duration{"primary": 1500 * time.Millisecond}, attemptTimeout: 100 * time.Millisecond})
 		req, _ := chargestest.Request(t, visa)
-		_, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
-		require.ErrorIs(t, err, phases.ErrPSPUnavailable)
+		_, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
+		require.ErrorIs(t, err, charges.ErrPSPUnavailable)
 		c := w.chargeOfKey(t, "k")
 		require.Equal(t, charges.StatusPending, c.Status)
 		require.Equal(t, "primary", c.PSP)
@@ -345,7 +346,7 @@ func TestUnknownOutcomeNeverFailsOver(t *testing.T) {
 		require.Equal(t, string(charges.PointChargeCreated), point)
 
 		require.Eventually(t, func() bool { return len(w.authorizedAt(c.ID)) > 0 }, 5*time.Second, 20*time.Millisecond)
-		res, err := w.service(t, 2*time.Minute, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
+		res, err := w.service(t, 2*time.Minute, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 		c = w.chargeOfKey(t, "k")
@@ -363,8 +364,8 @@ func TestUnknownOutcomeNeverFailsOver(t *testing.T) {
 		w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {ErrorRate: 1}}})
 		req, _ := chargestest.Request(t, visa)
 		for i := range 4 {
-			_, err := w.service(t, time.Duration(i)*2*time.Minute, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
-			require.True(t, errors.Is(err, phases.ErrPSPUnavailable) || errors.Is(err, idempotency.ErrInProgress), "%v", err)
+			_, err := w.service(t, time.Duration(i)*2*time.Minute, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
+			require.True(t, errors.Is(err, charges.ErrPSPUnavailable) || errors.Is(err, idempotency.ErrInProgress), "%v", err)
 		}
 		c := w.chargeOfKey(t, "k")
 		require.Equal(t, charges.StatusPending, c.Status)
@@ -372,7 +373,7 @@ func TestUnknownOutcomeNeverFailsOver(t *testing.T) {
 		sends, _ := w.requests("secondary", c.ID)
 		require.Zero(t, sends)
 		require.NoError(t, w.mocks["primary"].SetFaults(psp.Faults{}))
-		res, err := w.service(t, time.Hour, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
+		res, err := w.service(t, time.Hour, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 		require.Equal(t, []string{"primary"}, w.authorizedAt(c.ID))
@@ -395,12 +396,12 @@ func TestTakeoverLooksUpEveryAttemptedPSP(t *testing.T) {
 			ctx := context.Background()
 			w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {RejectRate: 1}}})
 			req, _ := chargestest.Request(t, visa)
-			crash := crashAtNth(phases.CrashAfterPSPCall, 2)
+			crash := crashAtNth(phases.CrashAfterCall, 2)
 			if heldAtPrimary {
 				crash = crashAtNth(charges.CrashAfterChargeCreated, 1) // after the failover, before the second PSP
 			}
-			_, err := w.service(t, 0, phases.Config{CrashHook: crash}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
-			require.ErrorIs(t, err, chargestest.ErrCrash)
+			_, err := w.service(t, 0, phases.Config{CrashHook: crash}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
+			require.ErrorIs(t, err, phasestest.ErrCrash)
 			c := w.chargeOfKey(t, "k")
 			want := "secondary"
 			if heldAtPrimary {
@@ -417,7 +418,7 @@ func TestTakeoverLooksUpEveryAttemptedPSP(t *testing.T) {
 				before[n] = len(w.mocks[n].Requests())
 			}
 
-			res, err := w.service(t, 2*time.Minute, phases.Config{}).Create(ctx, w.Tenant, "k", charges.Parsed(req))
+			res, err := w.service(t, 2*time.Minute, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 			require.NoError(t, err)
 			require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 			for _, n := range []string{"primary", "secondary"} {
@@ -456,17 +457,17 @@ func TestBreakerSendsNewChargesElsewhere(t *testing.T) {
 	derived := w.service(t, 0, phases.Config{})
 	req, _ := chargestest.Request(t, visa)
 	for _, k := range []string{"a", "b"} {
-		_, err := derived.Create(ctx, w.Tenant, k, charges.Parsed(req))
-		require.ErrorIs(t, err, phases.ErrPSPUnavailable)
+		_, err := derived.Create(ctx, w.Tenant, k, phases.Parsed(req))
+		require.ErrorIs(t, err, charges.ErrPSPUnavailable)
 	}
 	require.Equal(t, routing.Open, w.router.BreakerState("primary"))
-	_, err := derived.Create(ctx, w.Tenant, "pinned", charges.Parsed(req))
-	require.ErrorIs(t, err, phases.ErrPSPUnavailable, "a derived id starts at its route's first PSP, open breaker or not")
+	_, err := derived.Create(ctx, w.Tenant, "pinned", phases.Parsed(req))
+	require.ErrorIs(t, err, charges.ErrPSPUnavailable, "a derived id starts at its route's first PSP, open breaker or not")
 	require.Equal(t, "primary", w.chargeOfKey(t, "pinned").PSP)
 
 	svc := w.service(t, 0, phases.Config{})
 	charges.RandomIDs(svc)
-	res, err := svc.Create(ctx, w.Tenant, "c", charges.Parsed(req))
+	res, err := svc.Create(ctx, w.Tenant, "c", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
 	c := w.chargeOfKey(t, "c")
@@ -484,7 +485,7 @@ func TestBreakerSendsNewChargesElsewhere(t *testing.T) {
 	// probes it, and its success closes the breaker.
 	require.NoError(t, w.mocks["primary"].SetFaults(psp.Faults{}))
 	w.clock.Add(int64(2 * time.Minute))
-	res, err = svc.Create(ctx, w.Tenant, "d", charges.Parsed(req))
+	res, err = svc.Create(ctx, w.Tenant, "d", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status)
 	require.Equal(t, "primary", w.chargeOfKey(t, "d").PSP)
@@ -507,8 +508,8 @@ func TestResolveRecordsThePSPThatHoldsTheAuthorization(t *testing.T) {
 	})
 	svc := w.service(t, 0, phases.Config{})
 	req, _ := chargestest.Request(t, visa)
-	_, err := svc.Create(ctx, w.Tenant, "k", charges.Parsed(req))
-	require.ErrorIs(t, err, phases.ErrPSPUnavailable, "refused at the primary, unknown at the secondary")
+	_, err := svc.Create(ctx, w.Tenant, "k", phases.Parsed(req))
+	require.ErrorIs(t, err, charges.ErrPSPUnavailable, "refused at the primary, unknown at the secondary")
 	// Given up (GIVE_UP_AFTER, as the reaper's release would).
 	_, err = w.Pool.Exec(ctx, `UPDATE idempotency_keys SET state = 'needs_attention', next_attempt_at = NULL WHERE tenant_id = $1 AND key = 'k'`, w.Tenant)
 	require.NoError(t, err)

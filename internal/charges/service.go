@@ -7,8 +7,7 @@ package charges
 
 import (
 	"context"
-	"fmt"
-	"net/http"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -27,7 +26,8 @@ type Authorizer interface {
 }
 
 // Service runs the operations on charges: one entry per operation, each
-// taking the request's body as it came (Body) or already parsed (Parsed).
+// taking the request's body as it came (phases.AsSent) or already parsed
+// (phases.Parsed).
 type Service struct {
 	pool   *pgxpool.Pool
 	keys   *idempotency.Store
@@ -70,78 +70,45 @@ func NewService(pool *pgxpool.Pool, keys *idempotency.Store, authorizer Authoriz
 	return s, nil
 }
 
-// Body is a request's body: as it came (RawBody), which the operation
-// parses only when its key cannot answer it as it is (a retry of a
-// finished request with its first attempt's bytes is answered by one read,
-// see phases.AsSent), or already parsed and fingerprinted (Parsed).
-type Body struct {
-	raw    []byte
-	parsed *idempotency.Canonical
-}
-
-// RawBody is a body as it came.
-func RawBody(b []byte) Body { return Body{raw: b} }
-
-// Parsed is a request already parsed (ParseCreateRequest,
-// ParseCaptureRequest, ParseVoidRequest, ParseRefundRequest).
-func Parsed(req idempotency.Canonical) Body { return Body{parsed: &req} }
-
-// Create runs one POST /v1/charges. It returns the final response (new or
-// replayed), or an error: idempotency.ErrMismatch, idempotency.ErrInProgress,
-// *idempotency.WaitError, idempotency.ErrUnresolved,
-// phases.ErrPSPUnavailable, a *phases.ParseError (a body that does not
-// parse), or an internal error.
-func (s *Service) Create(ctx context.Context, tenantID int64, key string, body Body) (phases.Result, error) {
+// Create runs one POST /v1/charges. It returns the final response, new or
+// replayed, or an error: idempotency.ErrMismatch, idempotency.ErrInProgress,
+// *idempotency.WaitError, idempotency.ErrUnresolved, *UnavailableError, a
+// *phases.ParseError (a body that does not parse), or an internal error.
+func (s *Service) Create(ctx context.Context, tenantID int64, key string, body phases.Body) (phases.Result, error) {
 	if err := s.ids.load(ctx, s.pool); err != nil {
 		return phases.Result{}, err
 	}
-	return run(ctx, s.engine, s.authorize, tenantID, key, Path, body, func(b []byte) (idempotency.Canonical, error) {
-		req, _, err := ParseCreateRequest(b)
-		return req, err
-	})
+	return run(ctx, s.engine, s.authorize, tenantID, key, Path, body)
 }
 
 // Capture runs one POST /v1/charges/{id}/capture. Besides Create's errors:
 // ErrNotFound, *ChargePendingError. A capture the charge's state does not
 // allow is a stored 400 answer, not an error.
-func (s *Service) Capture(ctx context.Context, tenantID int64, key, chargeID string, body Body) (phases.Result, error) {
-	return run(ctx, s.engine, s.capture, tenantID, key, pathOf(CapturePath, chargeID), body,
-		func(b []byte) (idempotency.Canonical, error) { return ParseCaptureRequest(chargeID, b) })
+func (s *Service) Capture(ctx context.Context, tenantID int64, key, chargeID string, body phases.Body) (phases.Result, error) {
+	return run(ctx, s.engine, s.capture, tenantID, key, pathOf(CapturePath, chargeID), body)
 }
 
 // Void runs one POST /v1/charges/{id}/void, as Capture.
-func (s *Service) Void(ctx context.Context, tenantID int64, key, chargeID string, body Body) (phases.Result, error) {
-	return run(ctx, s.engine, s.void, tenantID, key, pathOf(VoidPath, chargeID), body,
-		func(b []byte) (idempotency.Canonical, error) { return ParseVoidRequest(chargeID, b) })
+func (s *Service) Void(ctx context.Context, tenantID int64, key, chargeID string, body phases.Body) (phases.Result, error) {
+	return run(ctx, s.engine, s.void, tenantID, key, pathOf(VoidPath, chargeID), body)
 }
 
 // Refund runs one POST /v1/refunds. Besides Create's errors: ErrNotFound
 // (the charge).
-func (s *Service) Refund(ctx context.Context, tenantID int64, key string, body Body) (phases.Result, error) {
+func (s *Service) Refund(ctx context.Context, tenantID int64, key string, body phases.Body) (phases.Result, error) {
 	if err := s.ids.load(ctx, s.pool); err != nil {
 		return phases.Result{}, err
 	}
-	return run(ctx, s.engine, s.refund, tenantID, key, RefundPath, body, func(b []byte) (idempotency.Canonical, error) {
-		req, _, err := ParseRefundRequest(b)
-		return req, err
-	})
+	return run(ctx, s.engine, s.refund, tenantID, key, RefundPath, body)
 }
 
 // run runs op for a POST to path. An operation this service does not have
 // (a PSP that cannot settle, see NewService) is phases.ErrNoOperation.
-func run[S any](ctx context.Context, e *phases.Engine, op *phases.Operation[S], tenantID int64, key, path string,
-	body Body, parse func([]byte) (idempotency.Canonical, error)) (phases.Result, error) {
+func run[S any](ctx context.Context, e *phases.Engine, op *phases.Operation[S], tenantID int64, key, path string, body phases.Body) (phases.Result, error) {
 	if op == nil {
 		return phases.Result{}, phases.ErrNoOperation
 	}
-	req := phases.AsSent(phases.Raw{Method: http.MethodPost, Path: path, Body: body.raw, Parse: parse})
-	if body.parsed != nil {
-		if body.parsed.Method != http.MethodPost || body.parsed.Path != path {
-			return phases.Result{}, fmt.Errorf("charges: a request parsed for %s %s run as POST %s", body.parsed.Method, body.parsed.Path, path)
-		}
-		req = phases.Parsed(*body.parsed)
-	}
-	return phases.Do(ctx, e, op, tenantID, key, req)
+	return phases.Do(ctx, e, op, tenantID, key, path, body)
 }
 
 // GetRefund returns a tenant's refund, or ErrRefundNotFound.
@@ -166,4 +133,24 @@ func (s *Service) Wait() { s.engine.Wait() }
 // Get returns a tenant's charge, or ErrNotFound.
 func (s *Service) Get(ctx context.Context, tenantID int64, id string) (*Charge, error) {
 	return chargeByID(ctx, s.pool, tenantID, id)
+}
+
+// CrashPoints lists the crash points of every operation on charges, each
+// once: where the chaos run may kill a worker.
+func CrashPoints() []phases.CrashPoint {
+	ids := &objectIDs{}
+	var all []phases.CrashPoint
+	for _, points := range [][]phases.CrashPoint{
+		phases.CrashPoints(authorizeOperation(nil, nil, ids)),
+		phases.CrashPoints(captureOperation(nil)),
+		phases.CrashPoints(voidOperation(nil)),
+		phases.CrashPoints(refundOperation(nil, ids)),
+	} {
+		for _, p := range points {
+			if !slices.Contains(all, p) {
+				all = append(all, p)
+			}
+		}
+	}
+	return all
 }

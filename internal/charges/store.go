@@ -88,6 +88,12 @@ func insertCharge(tx *phases.Tx, key idempotency.ID, id, pspName, attemptKey str
 	return c
 }
 
+// chargeOfKey reads the charge a capture's or void's key acts on: the one
+// in its path.
+func chargeOfKey(ctx context.Context, q idempotency.DBTX, rec idempotency.Record) (*Charge, error) {
+	return chargeByID(ctx, q, rec.TenantID, chargeOfPath(rec.Request.Path))
+}
+
 const chargeByKeySQL = `SELECT ` + chargeColumns + ` FROM charges
  WHERE tenant_id = $1 AND idempotency_key = $2 AND idempotency_key_created_at = $3`
 

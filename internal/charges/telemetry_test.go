@@ -14,9 +14,9 @@ import (
 
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/harness/testdb"
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/phases/phasestest"
 )
 
 type telemetryBundle struct {
@@ -98,7 +98,7 @@ func TestTracesAndMetricsPerOutcome(t *testing.T) {
 	req, _ := chargestest.Request(t, visa)
 
 	// A new charge: one span per phase, in order, under the request's span.
-	_, err := svc.Create(ctx, b.Tenant, "tel", charges.Parsed(req))
+	_, err := svc.Create(ctx, b.Tenant, "tel", phases.Parsed(req))
 	require.NoError(t, err)
 	spans := tb.take(t)
 	require.Equal(t, []string{"phase charge_created", "phase psp_authorized", "phase done", "charges.create"}, names(spans))
@@ -113,7 +113,7 @@ func TestTracesAndMetricsPerOutcome(t *testing.T) {
 	}
 
 	// A replay: an event, and no phase spans.
-	_, err = svc.Create(ctx, b.Tenant, "tel", charges.Parsed(req))
+	_, err = svc.Create(ctx, b.Tenant, "tel", phases.Parsed(req))
 	require.NoError(t, err)
 	spans = tb.take(t)
 	require.Equal(t, []string{"charges.create"}, names(spans))
@@ -122,18 +122,18 @@ func TestTracesAndMetricsPerOutcome(t *testing.T) {
 	// A takeover: the crashed request's key is resumed by a later worker,
 	// whose resume span links to the trace that claimed the key.
 	dying := chargestest.NewService(t, b.Pool, b.Keys, b.PSP, phases.Config{
-		TracerProvider: tb.cfg.TracerProvider, MeterProvider: tb.cfg.MeterProvider, CrashHook: chargestest.CrashAt(phases.CrashAfterClaim),
+		TracerProvider: tb.cfg.TracerProvider, MeterProvider: tb.cfg.MeterProvider, CrashHook: phasestest.CrashAt(phases.CrashAfterClaim),
 	})
-	_, err = dying.Create(ctx, b.Tenant, "tel-2", charges.Parsed(req))
-	require.ErrorIs(t, err, chargestest.ErrCrash)
+	_, err = dying.Create(ctx, b.Tenant, "tel-2", phases.Parsed(req))
+	require.ErrorIs(t, err, phasestest.ErrCrash)
 	claimed := tb.take(t)
 	claimTrace := claimed[len(claimed)-1].SpanContext().TraceID()
 
 	later := chargestest.NewService(t, testdb.Pool(t, b.URL, b.T0.Add(b.Keys.Lease()+time.Second)), b.Keys, b.PSP, tb.cfg)
-	_, err = later.Create(ctx, b.Tenant, "tel-2", charges.Parsed(req))
+	_, err = later.Create(ctx, b.Tenant, "tel-2", phases.Parsed(req))
 	require.NoError(t, err)
 	spans = tb.take(t)
-	require.Equal(t, []string{"phase psp_authorized", "phase done", "charges.resume", "charges.create"}, names(spans))
+	require.Equal(t, []string{"phase psp_authorized", "phase done", "charges.create.resume", "charges.create"}, names(spans))
 	require.Contains(t, events(spans[3]), phases.EventTakeover)
 	resume := spans[2]
 	require.Len(t, resume.Links(), 1)
@@ -142,7 +142,7 @@ func TestTracesAndMetricsPerOutcome(t *testing.T) {
 
 	// A mismatch and an in-progress answer are events too.
 	other, _ := chargestest.Request(t, `{"amount":1,"currency":"usd","payment_method":"pm_card_visa"}`)
-	_, err = svc.Create(ctx, b.Tenant, "tel", charges.Parsed(other))
+	_, err = svc.Create(ctx, b.Tenant, "tel", phases.Parsed(other))
 	require.Error(t, err)
 	require.Equal(t, []string{phases.EventMismatch}, events(tb.take(t)[0]))
 
@@ -162,7 +162,7 @@ func TestSpansNameTheRequestNotItsKey(t *testing.T) {
 	req, _ := chargestest.Request(t, visa)
 	const key = "order-4242-secret-ish"
 
-	res, err := svc.Create(ctx, b.Tenant, key, charges.Parsed(req))
+	res, err := svc.Create(ctx, b.Tenant, key, phases.Parsed(req))
 	require.NoError(t, err)
 	id := chargeID(t, res.Response)
 	spans := tb.take(t)
@@ -179,19 +179,19 @@ func TestSpansNameTheRequestNotItsKey(t *testing.T) {
 	}
 
 	// A replay's span names the charge it answers with.
-	_, err = svc.Create(ctx, b.Tenant, key, charges.Parsed(req))
+	_, err = svc.Create(ctx, b.Tenant, key, phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, id, attrs(tb.take(t)[0])["phasepay.object_id"].AsString())
 
 	// A resume's span too.
-	dying := chargestest.NewService(t, b.Pool, b.Keys, b.PSP, phases.Config{CrashHook: chargestest.CrashAt(phases.CrashAfterClaim)})
-	_, err = dying.Create(ctx, b.Tenant, "resumed", charges.Parsed(req))
-	require.ErrorIs(t, err, chargestest.ErrCrash)
+	dying := chargestest.NewService(t, b.Pool, b.Keys, b.PSP, phases.Config{CrashHook: phasestest.CrashAt(phases.CrashAfterClaim)})
+	_, err = dying.Create(ctx, b.Tenant, "resumed", phases.Parsed(req))
+	require.ErrorIs(t, err, phasestest.ErrCrash)
 	later := chargestest.NewService(t, testdb.Pool(t, b.URL, b.T0.Add(b.Keys.Lease()+time.Second)), b.Keys, b.PSP, tb.cfg)
-	res, err = later.Create(ctx, b.Tenant, "resumed", charges.Parsed(req))
+	res, err = later.Create(ctx, b.Tenant, "resumed", phases.Parsed(req))
 	require.NoError(t, err)
 	for _, s := range tb.take(t) {
-		if s.Name() == "charges.resume" {
+		if s.Name() == "charges.create.resume" {
 			a := attrs(s)
 			require.Equal(t, "charges.create", a["phasepay.operation"].AsString())
 			require.Equal(t, chargeID(t, res.Response), a["phasepay.object_id"].AsString())
@@ -199,5 +199,5 @@ func TestSpansNameTheRequestNotItsKey(t *testing.T) {
 			return
 		}
 	}
-	t.Fatal("no charges.resume span")
+	t.Fatal("no charges.create.resume span")
 }

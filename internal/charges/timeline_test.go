@@ -56,7 +56,7 @@ func TestTimelineCostsNoStatementOfItsOwn(t *testing.T) {
 		pool := testdb.Pool(t, b.URL, b.T0, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = stmts }, rt.configure)
 		svc := chargestest.NewService(t, pool, keys, b.PSP, phases.Config{})
 		create := func(key string) {
-			res, err := svc.Create(ctx, b.Tenant, key, charges.Parsed(req))
+			res, err := svc.Create(ctx, b.Tenant, key, phases.Parsed(req))
 			require.NoError(t, err)
 			require.Equal(t, phases.OutcomeNew, res.Outcome)
 		}
@@ -101,7 +101,7 @@ func TestTimelineOfOneCommitPerPhase(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	req, _ := chargestest.Request(t, visa)
-	_, err := b.Service(t, 0, phases.Config{OneCommitPerPhase: true}).Create(ctx, b.Tenant, "slow", charges.Parsed(req))
+	_, err := b.Service(t, 0, phases.Config{OneCommitPerPhase: true}).Create(ctx, b.Tenant, "slow", phases.Parsed(req))
 	require.NoError(t, err)
 	h, err := idempotency.ReadHistory(ctx, b.Pool, b.Tenant, "slow")
 	require.NoError(t, err)

@@ -93,7 +93,7 @@ func (w *world) service(t *testing.T, keys idempotency.Config) *charges.Service 
 // that does not answer.
 func charge(t *testing.T, svc *charges.Service, tenant int64, key, body string) phases.Result {
 	t.Helper()
-	res, err := svc.Create(context.Background(), tenant, key, charges.RawBody([]byte(body)))
+	res, err := svc.Create(context.Background(), tenant, key, phases.AsSent([]byte(body)))
 	var unavailable *charges.UnavailableError
 	if err != nil && !errors.As(err, &unavailable) && !errors.Is(err, idempotency.ErrUnresolved) {
 		require.NoError(t, err)

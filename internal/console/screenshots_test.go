@@ -18,10 +18,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/harness/chargestest"
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/phases/phasestest"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
 	"github.com/phasepay/phasepay/internal/webhooks"
@@ -128,9 +128,9 @@ func seedShowcase(t *testing.T, w *world) (chargeID, takenOver, endpointID strin
 	svc := w.service(t, idempotency.Config{})
 	res := charge(t, svc, w.Tenant, "order-1001", `{"amount":4200,"currency":"eur","payment_method":"pm_card_visa","description":"annual plan"}`)
 	chargeID = chargeOf(t, res)
-	_, err = svc.Capture(ctx, w.Tenant, "order-1001-capture", chargeID, charges.RawBody([]byte(`{}`)))
+	_, err = svc.Capture(ctx, w.Tenant, "order-1001-capture", chargeID, phases.AsSent([]byte(`{}`)))
 	require.NoError(t, err)
-	_, err = svc.Refund(ctx, w.Tenant, "order-1001-refund-1", charges.RawBody([]byte(`{"charge":"`+chargeID+`","amount":1200}`)))
+	_, err = svc.Refund(ctx, w.Tenant, "order-1001-refund-1", phases.AsSent([]byte(`{"charge":"`+chargeID+`","amount":1200}`)))
 	require.NoError(t, err)
 	charge(t, svc, w.Tenant, "order-1002", `{"amount":990,"currency":"usd","payment_method":"pm_card_chargeDeclined"}`)
 	require.NoError(t, w.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
@@ -143,10 +143,10 @@ func seedShowcase(t *testing.T, w *world) (chargeID, takenOver, endpointID strin
 	takenOver = "order-1004"
 	api, err := idempotency.NewStore(idempotency.Config{Lease: time.Second, NeedsAttention: events.NeedsAttention})
 	require.NoError(t, err)
-	crashing := chargestest.NewService(t, w.Live, api, w.PSP, phases.Config{CrashHook: chargestest.CrashAt(phases.CrashAfterPSPCall)})
+	crashing := chargestest.NewService(t, w.Live, api, w.PSP, phases.Config{CrashHook: phasestest.CrashAt(phases.CrashAfterCall)})
 	require.NoError(t, w.Mock.SetFaults(psp.Faults{LatencyMS: 500}))
-	_, err = crashing.Create(ctx, w.Tenant, takenOver, charges.RawBody([]byte(visa)))
-	require.ErrorIs(t, err, chargestest.ErrCrash)
+	_, err = crashing.Create(ctx, w.Tenant, takenOver, phases.AsSent([]byte(visa)))
+	require.ErrorIs(t, err, phasestest.ErrCrash)
 	require.NoError(t, w.Mock.SetFaults(psp.Faults{}))
 	time.Sleep(1100 * time.Millisecond)
 	reaperKeys, err := idempotency.NewStore(idempotency.Config{Lease: time.Minute, Role: idempotency.RoleReaper, NeedsAttention: events.NeedsAttention})

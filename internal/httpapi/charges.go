@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/tenants"
@@ -21,7 +20,7 @@ import (
 // createCharge serves POST /v1/charges.
 func (s *server) createCharge(w http.ResponseWriter, r *http.Request) {
 	s.runIdempotent(w, r, func(ctx context.Context, tenantID int64, key string, body []byte) (phases.Result, error) {
-		return s.cfg.Charges.Create(ctx, tenantID, key, charges.RawBody(body))
+		return s.cfg.Charges.Create(ctx, tenantID, key, phases.AsSent(body))
 	})
 }
 
@@ -29,7 +28,7 @@ func (s *server) createCharge(w http.ResponseWriter, r *http.Request) {
 func (s *server) captureCharge(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
 	s.runIdempotent(w, r, func(ctx context.Context, tenantID int64, key string, body []byte) (phases.Result, error) {
-		return s.cfg.Charges.Capture(ctx, tenantID, key, id, charges.RawBody(body))
+		return s.cfg.Charges.Capture(ctx, tenantID, key, id, phases.AsSent(body))
 	})
 }
 
@@ -37,7 +36,7 @@ func (s *server) captureCharge(w http.ResponseWriter, r *http.Request) {
 func (s *server) voidCharge(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
 	s.runIdempotent(w, r, func(ctx context.Context, tenantID int64, key string, body []byte) (phases.Result, error) {
-		return s.cfg.Charges.Void(ctx, tenantID, key, id, charges.RawBody(body))
+		return s.cfg.Charges.Void(ctx, tenantID, key, id, phases.AsSent(body))
 	})
 }
 

@@ -6,7 +6,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/tenants"
 )
@@ -14,7 +13,7 @@ import (
 // createRefund serves POST /v1/refunds.
 func (s *server) createRefund(w http.ResponseWriter, r *http.Request) {
 	s.runIdempotent(w, r, func(ctx context.Context, tenantID int64, key string, body []byte) (phases.Result, error) {
-		return s.cfg.Charges.Refund(ctx, tenantID, key, charges.RawBody(body))
+		return s.cfg.Charges.Refund(ctx, tenantID, key, phases.AsSent(body))
 	})
 }
 

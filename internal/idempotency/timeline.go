@@ -25,7 +25,7 @@ import (
 //	claimed     the claim's INSERT (Claim, QueueClaim)
 //	reached     Advance (and the claim, for the point its first phases commit with it)
 //	psp_call    noted by the phase engine after the call (Lease.Note) and written by
-//	            the holder's next statement: the arrow's commit or the release
+//	            the holder's next statement: the phase's commit or the release
 //	released    Release (reason in stable words, the raw cause for operators, the next attempt)
 //	taken_over  TakeOver (a client's retry in an api process), TakeOverExpired (a reaper)
 //	heartbeat   Extend (a renewal during a slow call; a run of them is one entry, moved)

@@ -51,7 +51,7 @@ func needsAttention(t *testing.T, b *chargestest.Bundle, svc *charges.Service, k
 	t.Helper()
 	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
 	req, _ := chargestest.Request(t, visa)
-	_, err := svc.Create(context.Background(), b.Tenant, key, charges.Parsed(req))
+	_, err := svc.Create(context.Background(), b.Tenant, key, phases.Parsed(req))
 	require.ErrorIs(t, err, idempotency.ErrUnresolved)
 	state, _, _ := b.KeyState(t, key)
 	require.Equal(t, "needs_attention", state)
@@ -134,7 +134,7 @@ func TestResolveChecksTheKeyFirst(t *testing.T) {
 	t.Cleanup(func() { _ = desk.Close(context.Background()) })
 
 	req, _ := chargestest.Request(t, visa)
-	_, err = svc.Create(ctx, b.Tenant, "done", charges.Parsed(req))
+	_, err = svc.Create(ctx, b.Tenant, "done", phases.Parsed(req))
 	require.NoError(t, err)
 	_, _, err = desk.Resolve(ctx, "t", "done", charges.Resolution{As: charges.ResolveFailed, Reason: "r", By: "alice"})
 	require.ErrorIs(t, err, idempotency.ErrNotNeedsAttention, "the key, not the missing PSP")

@@ -2,7 +2,6 @@ package phases
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -11,55 +10,45 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
-// errCrash stops a run at a crash point, as a dead process would.
-var errCrash = errors.New("crashed")
-
-// An arrow that returns no transition, or goes on from the arrow to done,
-// fails the run: the request is refused and its claim rolled back with the
-// arrow's writes, rather than guessed at. Nothing is stored; the client may
-// retry once the operation is fixed.
-func TestUnsaidTransitionFailsTheRun(t *testing.T) {
+// A phase that decides nothing, or proceeds from the phase to done, fails
+// the run rather than being guessed at. Its claim rolls back with its
+// writes, and nothing is stored. The client may retry once the operation is
+// fixed.
+func TestUnsaidNextFailsTheRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := setupRaw(t)
 	pool := w.pool(t, 0)
 	e, err := New(pool, w.store, Config{})
 	require.NoError(t, err)
-	load := func(context.Context, idempotency.DBTX, *idempotency.Lease) (struct{}, error) { return struct{}{}, nil }
-	for name, commit := range map[string]func(context.Context, *Tx, *Run[struct{}]) (Transition, error){
-		"unsaid": func(context.Context, *Tx, *Run[struct{}]) (Transition, error) { return Transition{}, nil },
-		"next from the arrow to done": func(context.Context, *Tx, *Run[struct{}]) (Transition, error) {
-			return Next(), nil
-		},
+	for name, commit := range map[string]func(context.Context, *Tx, *Run[struct{}]) (Next, error){
+		"unsaid":                         func(context.Context, *Tx, *Run[struct{}]) (Next, error) { return Next{}, nil },
+		"proceed from the phase to done": func(context.Context, *Tx, *Run[struct{}]) (Next, error) { return Proceed(), nil },
 	} {
-		op := &Operation[struct{}]{Name: "things." + name, ResumeSpan: "things.resume", Path: pokePattern, Load: load,
-			WithClaim: []Arrow[struct{}]{{To: idempotency.PointDone, Commit: commit}}}
+		op := w.op("things."+name, Phase[struct{}]{To: Done, Commit: commit})
 		Register(e, op)
-		_, err := Do(ctx, e, op, w.tenant, name, AsSent(w.raw("a", `{"n":1}`)))
+		_, err := Do(ctx, e, op, w.tenant, name, pokePath("a"), AsSent([]byte(`{"n":1}`)))
 		require.Error(t, err, name)
 		_, err = w.store.Lookup(ctx, pool, w.tenant, name)
-		require.ErrorIs(t, err, idempotency.ErrNotFound, "%s: the claim rolled back with the arrow", name)
+		require.ErrorIs(t, err, idempotency.ErrNotFound, "%s: the claim rolled back with the phase", name)
 	}
 }
 
 // A key is resumed by the operation its claim named, not by whichever
-// registered operation's path matches its request: two operations may
-// serve one path (a new version beside the old, say), and a key claimed by
-// one must never be finished by the other.
+// operation's path matches its request. Two operations may serve one path
+// (a new version beside the old), and a key claimed by one must never be
+// finished by the other.
 func TestResumeFindsTheOperationByItsName(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := setupRaw(t)
 	ran := map[string]int{}
 	op := func(name string) *Operation[struct{}] {
-		return &Operation[struct{}]{Name: name, ResumeSpan: name + ".resume", Path: pokePattern,
-			Load: func(context.Context, idempotency.DBTX, *idempotency.Lease) (struct{}, error) { return struct{}{}, nil },
-			Steps: []Step[struct{}]{{Arrows: []Arrow[struct{}]{{To: idempotency.PointDone,
-				Commit: func(context.Context, *Tx, *Run[struct{}]) (Transition, error) {
-					ran[name]++
-					return Respond(idempotency.Response{Status: 200, ContentType: "text/plain", Body: []byte(name)}), nil
-				}}}}},
-		}
+		return w.op(name, Phase[struct{}]{To: Done,
+			Commit: func(context.Context, *Tx, *Run[struct{}]) (Next, error) {
+				ran[name]++
+				return Respond(Response{Status: 200, ContentType: "text/plain", Body: []byte(name)}), nil
+			}})
 	}
 	register := func(e *Engine) (v1, v2 *Operation[struct{}]) {
 		v1, v2 = op("things.poke"), op("things.poke.v2")
@@ -67,16 +56,12 @@ func TestResumeFindsTheOperationByItsName(t *testing.T) {
 		Register(e, v2)
 		return v1, v2
 	}
-	// A worker claims a key with the second operation and dies.
-	dying, err := New(w.pool(t, 0), w.store, Config{CrashHook: func(_ context.Context, at CrashPoint) error {
-		if at == CrashAfterClaim {
-			return errCrash
-		}
-		return nil
-	}})
+	// A worker claims a key with the second operation and dies. (One commit
+	// per phase: the claim commits alone.)
+	dying, err := New(w.pool(t, 0), w.store, Config{OneCommitPerPhase: true, CrashHook: crashAt(CrashAfterClaim)})
 	require.NoError(t, err)
 	_, v2 := register(dying)
-	_, err = Do(ctx, dying, v2, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`)))
+	_, err = Do(ctx, dying, v2, w.tenant, "k", pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.ErrorIs(t, err, errCrash)
 
 	// The reaper, a lease later, takes it over and resumes it by its name.

@@ -13,7 +13,6 @@ import (
 	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
 )
 
 // slowWorld is an engine (one process) on a pool through a claimCutter,
@@ -44,26 +43,22 @@ func newSlowWorld(t *testing.T, keys idempotency.Config) *slowWorld {
 	w.e, err = New(pool, w.store, Config{})
 	require.NoError(t, err)
 	t.Cleanup(w.e.Wait)
-	w.op = &Operation[struct{}]{
-		Name: "things.slow", ResumeSpan: "things.slow.resume", Path: pokePattern,
-		Load: func(context.Context, idempotency.DBTX, *idempotency.Lease) (struct{}, error) { return struct{}{}, nil },
-		Steps: []Step[struct{}]{{
-			Call: func(ctx context.Context, _ *Run[struct{}]) (psp.Outcome, error) {
-				if w.calls.Add(1) == 1 {
-					close(w.inside)
-					select {
-					case <-w.release:
-					case <-ctx.Done():
-					}
+	w.op = w.rawWorld.op("things.slow", Phase[struct{}]{
+		To: Done,
+		Call: func(ctx context.Context, _ *Run[struct{}]) (CallOutcome, error) {
+			if w.calls.Add(1) == 1 {
+				close(w.inside)
+				select {
+				case <-w.release:
+				case <-ctx.Done():
 				}
-				return psp.Outcome{Class: psp.ClassSuccess}, nil
-			},
-			Arrows: []Arrow[struct{}]{{To: idempotency.PointDone,
-				Commit: func(context.Context, *Tx, *Run[struct{}]) (Transition, error) {
-					return Respond(idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{}`)}), nil
-				}}},
-		}},
-	}
+			}
+			return CallOutcome{Class: Success}, nil
+		},
+		Commit: func(context.Context, *Tx, *Run[struct{}]) (Next, error) {
+			return Respond(Response{Status: 201, ContentType: "application/json", Body: []byte(`{}`)}), nil
+		},
+	})
 	Register(w.e, w.op)
 	return w
 }
@@ -71,18 +66,17 @@ func newSlowWorld(t *testing.T, keys idempotency.Config) *slowWorld {
 func (w *slowWorld) let() { w.released.Do(func() { close(w.release) }) }
 
 func (w *slowWorld) do(ctx context.Context, key string) (Result, error) {
-	return Do(ctx, w.e, w.op, w.tenant, key, AsSent(w.raw("a", `{"n":1}`)))
+	return Do(ctx, w.e, w.op, w.tenant, key, pokePath("a"), AsSent([]byte(`{"n":1}`)))
 }
 
-// A duplicate of a request still running, arriving at the same process,
-// whose claim exchange is cut (a dropped connection, a timeout): its run
-// cannot know whether its claim committed, and released "its" lease once
-// the database answered, found by the newest incarnation of the key at
-// lock_version 1, its fingerprint and the process's holder name, which
-// every request of the process shares. It found the original's lease, mid
-// foreign call: the next retry took the key over and made a second call
-// beside the first. A release now matches a token that only its own claim
-// wrote.
+// A duplicate of a running request reaches the same process, and its claim
+// exchange is cut. Its run cannot know whether its claim committed, so it
+// released "its" lease once the database answered.
+//
+// It found that lease by the key's newest incarnation, its fingerprint and
+// the process's holder name, which the original shares. So it released
+// the original's lease mid call, and the next retry made a second call
+// beside the first. A release now matches a token only its own claim wrote.
 func TestDuplicateWhoseClaimIsCutReleasesNothing(t *testing.T) {
 	t.Parallel()
 	for _, off := range []bool{false, true} {

@@ -12,40 +12,38 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
-// Do runs one request of op (registered on e) under the key (tenantID,
-// key): claim → answer an existing key → drive a new one, behind the fast
-// paths that answer a probable retry from one read.
+// Do runs one request of op under the key (tenantID, key). It claims the
+// key, answers a key that exists, and drives a new one to Done.
 //
-// It returns the final response (new or replayed), or an error:
-// idempotency.ErrMismatch, idempotency.ErrInProgress, *idempotency.WaitError,
-// idempotency.ErrUnresolved, ErrPSPUnavailable (*UnavailableError),
-// *ParseError (a request as it came that does not parse), what op.Admit
+// The body is for path, a request op serves. Do returns the final response,
+// new or replayed, or an error: idempotency.ErrMismatch,
+// idempotency.ErrInProgress, *idempotency.WaitError,
+// idempotency.ErrUnresolved, *UnavailableError, *ParseError, what op.Admit
 // returned, or an internal error.
-func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64, key string, req Request) (_ Result, err error) {
+func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64, key, path string, body Body) (_ Result, err error) {
 	r, err := lookup(e, op)
 	if err != nil {
 		return Result{}, err
 	}
-	ctx, span := e.tel.tracer.Start(ctx, op.Name, trace.WithAttributes(attrTenant.Int64(tenantID)))
+	reg := &r.op
+	ctx, span := e.tel.tracer.Start(ctx, reg.Name, trace.WithAttributes(attrTenant.Int64(tenantID)))
 	defer func() { endSpan(span, err) }()
-	nameRequest(span, op.Name, key, "")
+	nameRequest(span, reg.Name, key, "")
 
-	// The fast paths (fastpath.go): a key this process has seen is
-	// probably a retry, and is read before its claim, and before its
-	// body is parsed when it came as sent.
-	parsed, res, answered, err := fastPath(ctx, e, r, tenantID, key, req)
+	// A key this process has seen is probably a retry, and is read first
+	// (fastpath.go).
+	req, res, answered, err := fastPath(ctx, e, reg, tenantID, key, path, body)
 	if answered {
 		return res, err
 	}
 
-	// The claim, committed before any foreign call so that a duplicate
-	// gets 409 at once and the reaper can see the key; the operation's
-	// WithClaim arrows commit with it. A derived object id that an
-	// earlier incarnation of the key holds rolls it back, and the claim is
-	// made again with the next incarnation's (ErrObjectIDTaken).
+	// The claim commits before any foreign call, so that a duplicate gets
+	// 409 at once and the reaper can see the key. A derived object id that
+	// an earlier incarnation of the key holds rolls it back, and the claim
+	// is made again with the next incarnation's.
 	var c claimed[S]
 	for n := 0; ; n++ {
-		c, err = claim(ctx, e, r, tenantID, key, parsed, n)
+		c, err = claim(ctx, e, reg, tenantID, key, req, n)
 		if !objectIDTaken(err, n) {
 			break
 		}
@@ -57,36 +55,35 @@ func Do[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64,
 	// A key that existed is answered from the row the claim read, or
 	// taken over when its holder abandoned it.
 	if c.existing != nil {
-		return answer(ctx, e, r, *c.existing, parsed.Fingerprint)
+		return answer(ctx, e, reg, *c.existing, req.Fingerprint)
 	}
 
-	// A new key is driven from where the claim's transaction left it.
 	e.tel.countOutcome(ctx, string(OutcomeNew))
 	if err := e.crash(ctx, CrashAfterClaim); err != nil {
 		return Result{}, err
 	}
-	resp, err := drive(ctx, e, r, c.run, c.point)
+	resp, err := drive(ctx, e, reg, c.run, c.point)
 	return Result{Response: resp, Outcome: OutcomeNew}, err
 }
 
-// claimed is what a claim found or made: an existing key's record, or a
-// new key's run and the recovery point its transaction committed.
+// claimed is what a claim found or made. That is an existing key's record,
+// or a new key's run and the recovery point its transaction committed.
 type claimed[S any] struct {
 	existing *idempotency.Record
 	run      *Run[S]
-	point    idempotency.RecoveryPoint
+	point    Point
 }
 
-// claim claims the key in one exchange that answers a new key and a
-// retry alike: the claim, a check that it created the key, and the writes
-// of the operation's WithClaim arrows, queued in a pipelined transaction
-// that commits them together. A new key commits there; the new row records
-// the arrows' last recovery point and object itself, so they need no fence
-// of their own (the claim's commit is their commit). An existing key fails
-// the check (idempotency.ErrKeyExists), which rolls the exchange back, and
-// comes back as the record the claim read after the key's lock. n is the
-// try, whose incarnation the operation's ObjectID derives from (do).
-func claim[S any](ctx context.Context, e *Engine, op *registered[S], tenantID int64, key string, req idempotency.Canonical, n int) (claimed[S], error) {
+// claim claims the key in one exchange that answers a new key and a retry
+// alike. The exchange holds the claim, a check that it created the key,
+// and the writes of the phases that commit with the claim.
+//
+// A new key commits there. Its row records those phases' last recovery
+// point and the object, so they need no fence of their own. For a key
+// that exists the check fails (idempotency.ErrKeyExists) and rolls the
+// exchange back, and the record the claim read is the answer. The try n
+// picks the incarnation ObjectID derives for.
+func claim[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64, key string, req Request, n int) (claimed[S], error) {
 	// Seen from now on, its day not known until the claim reads its row.
 	e.hints.add(tenantID, key, time.Time{})
 	params := idempotency.ClaimParams{TenantID: tenantID, Key: key, Request: req, TraceContext: traceContext(ctx), Operation: op.Name}
@@ -95,23 +92,22 @@ func claim[S any](ctx context.Context, e *Engine, op *registered[S], tenantID in
 		run.ObjectID = op.ObjectID(tenantID, key, req, incarnation(n))
 	}
 	nameObject(trace.SpanFromContext(ctx), run.ObjectID)
-	var withClaim []Arrow[S]
-	if op.steps[0].withClaim && !e.cfg.OneCommitPerPhase {
-		withClaim = op.steps[0].Arrows
+	withClaim := op.Phases[:op.withClaim(e.cfg.OneCommitPerPhase)]
+	if len(withClaim) > 0 {
 		params.Point = withClaim[len(withClaim)-1].To
 		params.ObjectID = run.ObjectID
 	}
 	var (
-		q      *idempotency.QueuedClaim
-		arrows []arrowRun
-		end    groupEnd
+		q   *idempotency.QueuedClaim
+		ran []phaseRun
+		end txEnd
 	)
 	err := inPipeTx(ctx, e.pool, func(tx *Tx) error {
 		q = e.keys.QueueClaim(tx, params)
 		run.Lease = q.Lease
 		if op.Admit != nil {
-			// Admit reads: its query goes out with the claim, in an
-			// explicit transaction, so a refusal rolls the claim back.
+			// Admit's read goes out with the claim, in an explicit
+			// transaction, so that its refusal rolls the claim back.
 			if err := op.Admit(ctx, tx, tenantID, req); err != nil {
 				if errors.Is(tx.p.err, idempotency.ErrKeyExists) {
 					return tx.p.err
@@ -120,27 +116,26 @@ func claim[S any](ctx context.Context, e *Engine, op *registered[S], tenantID in
 			}
 		}
 		var err error
-		end, err = commitArrows(ctx, e, tx, run, withClaim, arrowsInClaim, &arrows)
+		end, err = commitPhases(ctx, e, tx, run, withClaim, txMode{}, &ran)
 		return err
 	})
 	if q == nil {
-		// No connection (the pool could not connect): nothing was sent,
-		// nothing claimed.
+		// No connection, so nothing was sent and nothing claimed.
 		return claimed[S]{}, fmt.Errorf("%s: %w", op.Name, dbstate.Wrap(err))
 	}
 	if errors.Is(err, idempotency.ErrKeyExists) && q.Found {
 		e.hints.add(tenantID, key, q.Existing.CreatedAt)
 		return claimed[S]{existing: &q.Existing}, nil
 	}
-	// The new row's day, once the claim read it (even if the commit's
-	// answer was then lost: a day whose partition lacks the key only costs
-	// the next retry one more read).
+	// The new row's day, once the claim read it. A day whose partition
+	// lacks the key (the commit's answer lost) costs the next retry one
+	// more read.
 	e.hints.add(tenantID, key, q.Lease.Record.CreatedAt)
-	e.recordArrows(ctx, q.Lease, arrows, time.Now())
+	e.recordPhases(ctx, q.Lease, ran, time.Now())
 	if Committed(err) {
-		// Committed, but a queued row's reading failed: what it was to
-		// fill in (the key's row, the object) is read again. A read that
-		// fails leaves the claim's lease to release, by its token.
+		// Committed, but a queued row's reading failed. The key's row and
+		// the object are read again. A read that fails leaves the claim's
+		// lease to release, by its token.
 		e.log.WarnContext(ctx, "claim committed, but reading part of its answer failed", "key", key, "error", err.Error())
 		c, rerr := reread(ctx, e, run, tenantID, key)
 		if rerr != nil {
@@ -153,20 +148,20 @@ func claim[S any](ctx context.Context, e *Engine, op *registered[S], tenantID in
 		case !dbstate.Unavailable(err):
 		case !q.Lease.Record.CreatedAt.IsZero():
 			// The commit's answer was lost with the database after the
-			// claim's row was read: the claim may have committed, holding
-			// the key for a whole lease though nothing runs it.
+			// claim's row was read. The claim may hold the key for a
+			// whole lease though nothing runs it.
 			e.releaseLater(q.Lease, err)
 		default:
-			// Lost before that row was read back: the same, found by the
+			// Lost before that row was read back. The same, found by the
 			// token this claim wrote.
 			e.releaseLostClaim(q.Lease, err)
 		}
 		return claimed[S]{}, fmt.Errorf("%s: %w", op.Name, dbstate.Wrap(err))
 	}
-	point := idempotency.PointStart
+	point := Start
 	switch {
 	case end.response != nil:
-		point = idempotency.PointDone
+		point = Done
 		run.done = end.response
 	case len(withClaim) > 0:
 		point = end.reached
@@ -174,10 +169,12 @@ func claim[S any](ctx context.Context, e *Engine, op *registered[S], tenantID in
 	return claimed[S]{run: run, point: point}, nil
 }
 
-// reread reads a key whose claim committed when part of the claim's
-// answer could not be read: still this run's (lock_version 1, leased), it
-// is driven from the point it records, its object loaded afresh; else it
-// is answered like any existing key.
+// reread reads a key whose claim committed when part of the claim's answer
+// could not be read.
+//
+// A key still this run's (lock_version 1, leased) is driven from the point
+// it records, its object loaded afresh. Any other is answered like a key
+// that existed.
 func reread[S any](ctx context.Context, e *Engine, run *Run[S], tenantID int64, key string) (claimed[S], error) {
 	rec, err := e.keys.Lookup(ctx, e.pool, tenantID, key)
 	if err != nil {
@@ -191,14 +188,15 @@ func reread[S any](ctx context.Context, e *Engine, run *Run[S], tenantID int64, 
 	return claimed[S]{run: run, point: rec.Point}, nil
 }
 
-// answer answers a request whose key was already claimed, from its record:
-// a replay, a mismatch, a conflict, an attempt not yet due, a request
-// waiting for an operator; or the takeover of a key its holder abandoned,
-// driven from its recovery point.
-func answer[S any](ctx context.Context, e *Engine, op *registered[S], rec idempotency.Record, fp idempotency.Fingerprint) (Result, error) {
+// answer answers a request whose key was claimed before, from its record.
+//
+// The answer is a replay, a mismatch, a conflict, an attempt not yet due or
+// a request waiting for an operator. A key its holder abandoned is taken
+// over and driven from its recovery point.
+func answer[S any](ctx context.Context, e *Engine, op *Operation[S], rec idempotency.Record, fp idempotency.Fingerprint) (Result, error) {
 	nameObject(trace.SpanFromContext(ctx), rec.ObjectID)
-	// Two rounds at most: a takeover that loses the race re-reads the key
-	// once, and then it is either done (replay) or someone holds it (409).
+	// Two rounds at most. A takeover that loses the race reads the key
+	// again, and then it is done (a replay) or someone holds it (409).
 	for range 2 {
 		decision := idempotency.Decide(rec, fp)
 		switch decision {
@@ -226,9 +224,9 @@ func answer[S any](ctx context.Context, e *Engine, op *registered[S], rec idempo
 				continue
 			}
 			if lost, ok := errors.AsType[*idempotency.LostTakeoverError](err); ok {
-				// The takeover may have committed with its answer lost:
-				// its lease is given up once the database answers, not
-				// held for a whole lease with nothing running it.
+				// The takeover may have committed with its answer lost.
+				// Its lease is given up once the database answers, rather
+				// than held for a lease with nothing running it.
 				e.releaseLostTakeover(rec.Key, lost)
 				return Result{}, dbstate.Wrap(err)
 			}
@@ -236,7 +234,7 @@ func answer[S any](ctx context.Context, e *Engine, op *registered[S], rec idempo
 				return Result{}, err
 			}
 			e.tel.countOutcome(ctx, decision.String())
-			resp, err := op.resume(ctx, e, lease)
+			resp, err := resume(ctx, e, op, lease)
 			return Result{Response: resp, Outcome: OutcomeTakeover}, err
 		}
 	}

@@ -5,110 +5,81 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/phasepay/phasepay/harness/testdb"
-	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/phases/phasestest"
 )
 
 // note is what the example's operation works on.
 type note struct{ ID, Body string }
 
-// A two-arrow operation, POST /v1/notes {"body": "..."}, against a real
-// database: the note is created with the claim (start → note_created), a
-// foreign call delivers it, and the delivery and the answer commit
-// together (note_created → done). The second request with the same key is
-// a retry: it is answered from the stored answer, and the foreign call is
-// not made again.
+// send is POST /v1/notes {"body": "..."}, in two phases. The note is
+// created with the claim (start → note_created). A foreign call delivers
+// it, and the delivery and the answer commit together (note_created →
+// done).
+var send = &phases.Operation[*note]{
+	Name: "notes.send", Method: "POST", Path: "/v1/notes",
+	Parse: func(path string, body []byte) (phases.Request, error) {
+		var p struct {
+			Body string `json:"body"`
+		}
+		if err := json.Unmarshal(body, &p); err != nil {
+			return phases.Request{}, err
+		}
+		return phases.NewRequest("POST", path, p)
+	},
+	ObjectID: func(int64, string, phases.Request, phases.Incarnation) string { return "note_1" },
+	Load: func(ctx context.Context, tx *phases.Tx, run *phases.Run[*note]) (*note, error) {
+		n := &note{ID: run.ObjectID}
+		err := tx.QueryRow(ctx, `SELECT body FROM notes WHERE id = $1`, n.ID).Scan(&n.Body)
+		return n, err
+	},
+	Phases: []phases.Phase[*note]{{
+		// tx 1, with the claim: the note, before anything leaves.
+		To: "note_created",
+		Commit: func(_ context.Context, tx *phases.Tx, run *phases.Run[*note]) (phases.Next, error) {
+			var p struct{ Body string }
+			if err := json.Unmarshal(run.Request().Body, &p); err != nil {
+				return phases.Next{}, err
+			}
+			run.Object = &note{ID: run.ObjectID, Body: p.Body}
+			tx.Queue(`INSERT INTO notes (id, body) VALUES ($1, $2)`, run.ObjectID, p.Body)
+			return phases.Proceed(), nil
+		},
+	}, {
+		// tx 2, after the foreign call: the delivery, and the answer stored.
+		To: phases.Done,
+		Call: func(_ context.Context, run *phases.Run[*note]) (phases.CallOutcome, error) {
+			// A real call carries a key derived from the note
+			// ("note_1:deliver"), and its answer gets a class.
+			fmt.Println("delivering", run.Object.ID, run.Object.Body)
+			return phases.CallOutcome{Class: phases.Success}, nil
+		},
+		Commit: func(_ context.Context, tx *phases.Tx, run *phases.Run[*note]) (phases.Next, error) {
+			tx.Queue(`UPDATE notes SET delivered = true WHERE id = $1`, run.Object.ID)
+			body := fmt.Sprintf(`{"id":%q,"delivered":true}`, run.Object.ID)
+			return phases.Respond(phases.Response{Status: 201, ContentType: "application/json", Body: []byte(body)}), nil
+		},
+	}},
+}
+
+// A new request runs both phases and makes the foreign call. A retry with
+// the same key gets the stored answer, and the call is not made again.
 func Example() {
 	ctx := context.Background()
-	url, drop, err := testdb.Create(ctx) // a fresh migrated database
+	w, err := phasestest.Start(ctx, phases.Config{}) // a migrated database, a tenant, an engine
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer drop() //nolint:errcheck // a test database
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
+	defer w.Close()
+	if _, err := w.Pool.Exec(ctx, `CREATE TABLE notes (id text PRIMARY KEY, body text, delivered boolean DEFAULT false)`); err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer pool.Close()
-	var tenant int64
-	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('example') RETURNING id`).Scan(&tenant); err != nil {
-		fmt.Println(err)
-		return
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE notes (tenant_id bigint, id text, body text,
-		delivered boolean NOT NULL DEFAULT false, PRIMARY KEY (tenant_id, id))`); err != nil {
-		fmt.Println(err)
-		return
-	}
+	phases.Register(w.Engine, send)
 
-	send := &phases.Operation[*note]{
-		Name: "notes.send", ResumeSpan: "notes.send.resume", Path: "/v1/notes",
-		ObjectID: func(int64, string, idempotency.Canonical, int) string { return "note_1" },
-		Load: func(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (*note, error) {
-			n := &note{ID: lease.Record.ObjectID}
-			err := q.QueryRow(ctx, `SELECT body FROM notes WHERE tenant_id = $1 AND id = $2`,
-				lease.Record.TenantID, n.ID).Scan(&n.Body)
-			return n, err
-		},
-		// tx 1, with the claim: the note, before anything leaves.
-		WithClaim: []phases.Arrow[*note]{{
-			To: "note_created",
-			Commit: func(_ context.Context, tx *phases.Tx, run *phases.Run[*note]) (phases.Transition, error) {
-				var p struct{ Body string }
-				if err := json.Unmarshal(run.Request().Body, &p); err != nil {
-					return phases.Transition{}, err
-				}
-				run.Object = &note{ID: run.ObjectID, Body: p.Body}
-				tx.Queue(`INSERT INTO notes (tenant_id, id, body) VALUES ($1, $2, $3)`,
-					run.Lease.Record.TenantID, run.ObjectID, p.Body)
-				return phases.Next(), nil
-			},
-		}},
-		// tx 2, after the foreign call: the delivery, and the answer stored.
-		Steps: []phases.Step[*note]{{
-			Call: func(_ context.Context, run *phases.Run[*note]) (psp.Outcome, error) {
-				// A real call would carry a key derived from the note
-				// ("note_1:deliver") and be classified by its answer.
-				fmt.Println("delivering", run.Object.ID, run.Object.Body)
-				return psp.Outcome{Class: psp.ClassSuccess}, nil
-			},
-			Arrows: []phases.Arrow[*note]{{
-				To: idempotency.PointDone,
-				Commit: func(_ context.Context, tx *phases.Tx, run *phases.Run[*note]) (phases.Transition, error) {
-					tx.Queue(`UPDATE notes SET delivered = true WHERE tenant_id = $1 AND id = $2`,
-						run.Lease.Record.TenantID, run.Object.ID)
-					body := fmt.Sprintf(`{"id":%q,"delivered":true}`, run.Object.ID)
-					return phases.Respond(idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(body)}), nil
-				},
-			}},
-		}},
-	}
-
-	keys, err := idempotency.NewStore(idempotency.Config{})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	engine, err := phases.New(pool, keys, phases.Config{})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	phases.Register(engine, send)
-
-	req, err := idempotency.CanonicalizeParams("POST", "/v1/notes", map[string]string{"body": "hello"})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
 	for range 2 {
-		res, err := phases.Do(ctx, engine, send, tenant, "key-1", phases.Parsed(req))
+		res, err := phases.Do(ctx, w.Engine, send, w.Tenant, "key-1", "/v1/notes", phases.AsSent([]byte(`{"body":"hello"}`)))
 		fmt.Println(res.Outcome, res.Response.Status, string(res.Response.Body), err)
 	}
 	// Output:

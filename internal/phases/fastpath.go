@@ -11,54 +11,50 @@ import (
 
 // The fast paths, in front of the claim.
 //
-// A key this process has seen before (keyHints) is probably a retry. It is
-// read first, with a plain read of its row (a peek: only what the answers
-// below need), which answers the final decisions and the waits — a replay,
-// a mismatch, an attempt not yet due, a request waiting for an operator —
-// without the claim's lock and its failed check. Anything else (a new key,
-// one to take over, one in progress) goes on to the claim, which reads the
-// whole row again.
+// A key this process has seen (keyHints) is probably a retry, and is read
+// first with a plain read of its row. That read answers a replay, a
+// mismatch, an attempt not yet due and a request waiting for an operator,
+// without the claim's lock and its failed check. Anything else goes on to
+// the claim, which reads the whole row again.
 //
-// A request as it came (AsSent) whose key was seen is read before it is
-// even parsed: when the body's raw fingerprint is the stored fingerprint
-// (idempotency.RawFingerprint), the body is the stored canonical body, byte
-// for byte, of a request that was parsed and validated when the key was
-// claimed, so the read answers what it answers for the parsed request (not
-// a mismatch, which equal fingerprints cannot be). In every other case the
-// request is parsed and fingerprinted as always: another encoding of the
-// same request (reordered members, white space) is the same request, and
-// only the canonical fingerprint may decide that a request differs or
-// runs. The raw hash never decides a mismatch, and is never stored.
+// A body AsSent whose key was seen is read before it is even parsed. When
+// its raw fingerprint is the stored one (idempotency.RawFingerprint), the
+// body is byte for byte the canonical body the claim stored, parsed and
+// validated then. So the read answers it as it would the parsed request.
+// Any other body is parsed and fingerprinted as always. Reordered members
+// or white space are the same request, and only the canonical fingerprint
+// decides that a request differs. The raw hash never decides a mismatch,
+// and is never stored.
 //
-// Both paths are correct whichever is taken: a wrong guess costs one read
-// more, never another answer.
+// Either path is correct. A wrong guess costs one read more, never another
+// answer.
 
 // fastPath answers a probable retry from one read. Otherwise it returns the
 // parsed request for the claim (answered false). It never reads a key
 // twice before its claim.
-func fastPath[S any](ctx context.Context, e *Engine, op *registered[S], tenantID int64, key string, req Request) (parsed idempotency.Canonical, res Result, answered bool, err error) {
+func fastPath[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int64, key, path string, body Body) (parsed Request, res Result, answered bool, err error) {
 	day, seen := e.hints.seen(tenantID, key)
 	if !seen {
 		// Most likely new: parsed first, as always, and its claim reads
 		// the key if it exists.
-		parsed, err = req.parse()
+		parsed, err = op.parse(path, body)
 		return parsed, Result{}, err != nil, err
 	}
 	peek := e.peek(ctx, tenantID, key, day)
-	if peek.err == nil && req.raw != nil {
-		fp := idempotency.RawFingerprint(req.raw.Method, req.raw.Path, req.raw.Body)
+	if peek.err == nil && body.parsed == nil {
+		fp := idempotency.RawFingerprint(op.Method, path, body.sent)
 		if peek.rec.Request.Fingerprint == fp {
 			switch idempotency.Decide(peek.rec, fp) {
 			case idempotency.Replay, idempotency.NotDue, idempotency.Unresolved:
 				res, err = answer(ctx, e, op, peek.rec, fp)
-				return idempotency.Canonical{}, res, true, err
+				return Request{}, res, true, err
 			}
 		}
 	}
 	// A read that failed is the request's error once the request is known
 	// valid: an invalid body is a 400 whatever the database.
-	if parsed, err = req.parse(); err != nil {
-		return idempotency.Canonical{}, Result{}, true, err
+	if parsed, err = op.parse(path, body); err != nil {
+		return Request{}, Result{}, true, err
 	}
 	switch {
 	case peek.err == nil:
@@ -73,18 +69,16 @@ func fastPath[S any](ctx context.Context, e *Engine, op *registered[S], tenantID
 	return parsed, Result{}, false, nil
 }
 
-// peeked is the read of a key this process has seen, made before the
-// request's claim: the record (idempotency.Store.Peek) or why there was
-// none.
+// peeked is the read of a seen key before its claim. It holds the record,
+// or why there was none.
 type peeked struct {
 	rec idempotency.Record
 	err error
 }
 
-// peek reads the key in the partition of day, the day its hint knows (the
-// zero time if none), or else through its heads (idempotency.PeekDay), and
-// corrects the hint's day for the next retry when the day was missing or
-// wrong.
+// peek reads the key in the partition of day, the day its hint knows, or
+// else through its heads (idempotency.PeekDay). It corrects the hint's day
+// for the next retry when the day was missing or wrong.
 func (e *Engine) peek(ctx context.Context, tenantID int64, key string, day time.Time) peeked {
 	rec, fromDay, err := e.keys.PeekDay(ctx, e.pool, tenantID, key, day)
 	if err == nil && !fromDay {

@@ -8,10 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The hints cover a bench's worth of recent keys: of 100,000 keys added,
-// nearly all are still seen (a table of 2^14 slots kept one in six, and the
-// replays of make bench went through the claim), and keys never added are
-// not.
+// The hints cover a bench's worth of recent keys. Of 100,000 keys added,
+// nearly all are still seen, and keys never added are not. A table of 2^14
+// slots kept one in six, and make bench's replays went through the claim.
 func TestKeyHintsRememberRecentKeys(t *testing.T) {
 	t.Parallel()
 	h := newKeyHints()

@@ -12,50 +12,47 @@ import (
 
 	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
 )
 
-// An arrow that fails after its step's foreign call, with anything but the
-// database being unavailable (its own error, a zero Transition, a
-// statement the database refuses, a row that does not decode), ended the
-// run with the lease held and no attempt counted. The reaper took the key
-// over at every lease's end and made the foreign call again, for ever:
-// GIVE_UP_AFTER never applied, the key never needed attention, and
-// retention kept its partition. Every such run now releases its lease
-// counting an attempt, so that the retry schedule spaces the attempts out
-// and GIVE_UP_AFTER hands the key to an operator, with the error's words
-// for the tenant ("internal error") and its text for the operator
-// (last_error_detail).
-func TestFailingArrowEndsInNeedsAttention(t *testing.T) {
+// A phase that fails after its foreign call ended the run with the lease
+// held and no attempt counted. The failures: its own error, a zero Next, a
+// statement the database refuses, a row that does not decode.
+//
+// The reaper took the key over at every lease's end and called again, for
+// ever. GIVE_UP_AFTER never applied, and retention kept the partition. Such
+// a run now releases its lease counting an attempt, so GIVE_UP_AFTER hands
+// the key to an operator. The tenant reads "internal error", the operator
+// the error itself (last_error_detail).
+func TestFailingPhaseEndsInNeedsAttention(t *testing.T) {
 	t.Parallel()
-	for name, commit := range map[string]func(context.Context, *Tx, *Run[struct{}]) (Transition, error){
-		"its own error": func(context.Context, *Tx, *Run[struct{}]) (Transition, error) {
-			return Transition{}, errors.New("the arrow's own bug")
+	for name, commit := range map[string]func(context.Context, *Tx, *Run[struct{}]) (Next, error){
+		"its own error": func(context.Context, *Tx, *Run[struct{}]) (Next, error) {
+			return Next{}, errors.New("the phase's own bug")
 		},
-		"a zero transition": func(context.Context, *Tx, *Run[struct{}]) (Transition, error) {
-			return Transition{}, nil
+		"a zero next": func(context.Context, *Tx, *Run[struct{}]) (Next, error) {
+			return Next{}, nil
 		},
-		"a refused statement": func(_ context.Context, tx *Tx, _ *Run[struct{}]) (Transition, error) {
+		"a refused statement": func(_ context.Context, tx *Tx, _ *Run[struct{}]) (Next, error) {
 			tx.Queue(`SELECT 1 / 0`)
-			return Respond(idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{}`)}), nil
+			return Respond(Response{Status: 201, ContentType: "application/json", Body: []byte(`{}`)}), nil
 		},
-		"a row that does not decode": func(ctx context.Context, tx *Tx, _ *Run[struct{}]) (Transition, error) {
+		"a row that does not decode": func(ctx context.Context, tx *Tx, _ *Run[struct{}]) (Next, error) {
 			var n int
 			if err := tx.QueryRow(ctx, `SELECT 'not a number'`).Scan(&n); err != nil {
-				return Transition{}, err
+				return Next{}, err
 			}
-			return Respond(idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{}`)}), nil
+			return Respond(Response{Status: 201, ContentType: "application/json", Body: []byte(`{}`)}), nil
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			testFailingArrowEndsInNeedsAttention(t, commit)
+			testFailingPhaseEndsInNeedsAttention(t, commit)
 		})
 	}
 }
 
-func testFailingArrowEndsInNeedsAttention(t *testing.T, commit func(context.Context, *Tx, *Run[struct{}]) (Transition, error)) {
+func testFailingPhaseEndsInNeedsAttention(t *testing.T, commit func(context.Context, *Tx, *Run[struct{}]) (Next, error)) {
 	ctx := context.Background()
 	w := setupRaw(t)
 	// A schedule in minutes, moved by the database's clock: attempts a
@@ -65,17 +62,14 @@ func testFailingArrowEndsInNeedsAttention(t *testing.T, commit func(context.Cont
 		RetryMax: 2 * time.Minute, GiveUpAfter: 10 * time.Minute})
 	require.NoError(t, err)
 	var calls atomic.Int32
-	op := &Operation[struct{}]{
-		Name: "things.fail", ResumeSpan: "things.fail.resume", Path: pokePattern,
-		Load: func(context.Context, idempotency.DBTX, *idempotency.Lease) (struct{}, error) { return struct{}{}, nil },
-		Steps: []Step[struct{}]{{
-			Call: func(context.Context, *Run[struct{}]) (psp.Outcome, error) {
-				calls.Add(1)
-				return psp.Outcome{Class: psp.ClassSuccess}, nil
-			},
-			Arrows: []Arrow[struct{}]{{To: idempotency.PointDone, Commit: commit}},
-		}},
-	}
+	op := w.op("things.fail", Phase[struct{}]{
+		To: Done,
+		Call: func(context.Context, *Run[struct{}]) (CallOutcome, error) {
+			calls.Add(1)
+			return CallOutcome{Class: Success}, nil
+		},
+		Commit: commit,
+	})
 	// A process (an api's engine, or a reaper driving one) at offset on
 	// the database's clock, for one run.
 	process := func(offset time.Duration, run func(*Engine, *reaper.Reaper)) {
@@ -91,7 +85,7 @@ func testFailingArrowEndsInNeedsAttention(t *testing.T, commit func(context.Cont
 	}
 
 	process(0, func(e *Engine, _ *reaper.Reaper) {
-		_, err := Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`)))
+		_, err := Do(ctx, e, op, w.tenant, "k", pokePath("a"), AsSent([]byte(`{"n":1}`)))
 		require.Error(t, err)
 	})
 	// A reaper pass every three minutes of the database's clock, for half

@@ -3,7 +3,6 @@ package phases
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"io"
 	"net"
 	"net/url"
@@ -21,11 +20,12 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
-// answerDropper stands between a pool and PostgreSQL and, once armed,
-// swallows the server's answer to the next exchange: it reads the answer
-// up to its ReadyForQuery (by then the exchange's implicit transaction has
-// committed) and then cuts the client's connection without forwarding a
-// byte of it. The client sees its commit's answer lost.
+// answerDropper stands between a pool and PostgreSQL. Once armed, it
+// swallows the server's answer to the next exchange.
+//
+// It reads the answer up to its ReadyForQuery, by when the exchange's
+// implicit transaction has committed, then cuts the client's connection
+// without forwarding a byte. The client sees its commit's answer lost.
 type answerDropper struct {
 	ln     net.Listener
 	target string
@@ -92,14 +92,14 @@ func (d *answerDropper) serve(client net.Conn) {
 	}
 }
 
-// A claim whose answer was lost after the server committed it (the
-// connection dropped on the way back) held its key for a whole lease:
-// nothing ran it, and every retry got 409 until the lease ran out, because
-// the run knew too little of the row (not its creation time) to release
-// it. Now the run finds its claim by what it wrote and gives the lease up
-// once the database answers, without counting an attempt: the client's
-// next retry takes the key over and finishes it at once. So too with the
-// timeline off (TIMELINE=off), which records no holder.
+// A claim whose answer was lost after the server committed it held its key
+// for a whole lease. Nothing ran it, and every retry got 409, because the
+// run knew too little of the row to release it.
+//
+// Now the run finds its claim by what it wrote, and gives the lease up
+// once the database answers, counting no attempt. The client's next retry
+// takes the key over and finishes it. So too with TIMELINE=off, which
+// records no holder.
 func TestLostClaimAnswerReleasesTheLease(t *testing.T) {
 	t.Parallel()
 	for _, off := range []bool{false, true} {
@@ -126,11 +126,11 @@ func testLostClaimAnswerReleasesTheLease(t *testing.T, timelineOff bool) {
 
 	// Statements prepared on the pool's one connection first, so that the
 	// next exchange is the claim itself.
-	_, err = Do(ctx, e, op, w.tenant, "warm", AsSent(w.raw("a", `{"n":1}`)))
+	_, err = Do(ctx, e, op, w.tenant, "warm", pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.NoError(t, err)
 
 	dropper.armed.Store(true)
-	_, err = Do(ctx, e, op, w.tenant, "lost", AsSent(w.raw("a", `{"n":1}`)))
+	_, err = Do(ctx, e, op, w.tenant, "lost", pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.Error(t, err)
 	require.True(t, dbstate.Unavailable(err), "%v", err)
 	<-dropper.cut
@@ -143,34 +143,27 @@ func testLostClaimAnswerReleasesTheLease(t *testing.T, timelineOff bool) {
 	require.False(t, rec.Leased, "the lost claim's lease was not released")
 	require.Zero(t, rec.Attempts, "a lost answer is not an attempt")
 
-	res, err := Do(ctx, e, op, w.tenant, "lost", AsSent(w.raw("a", `{"n":1}`)))
+	res, err := Do(ctx, e, op, w.tenant, "lost", pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.NoError(t, err, "the client's retry is not kept waiting for the lease")
 	require.Equal(t, OutcomeTakeover, res.Outcome)
 	require.Equal(t, 201, res.Response.Status)
 }
 
-// A takeover whose answer was lost after it committed (a client's retry
-// taking over a key its holder abandoned, the connection dropped on the
-// way back) held the key for a whole lease: nothing ran it, and every
-// retry got 409 until the lease ran out. It is now released once the
-// database answers, without counting an attempt, fenced by what the
-// takeover wrote (its token and the lock_version it set), so that it can
-// never end a later holder's lease. (The reaper's batch takeover:
+// A takeover whose answer was lost after it committed held the key for a
+// whole lease. Nothing ran it, and every retry got 409.
+//
+// It is now released once the database answers, counting no attempt. The
+// release is fenced by the token and lock_version the takeover wrote, so
+// it never ends a later holder's lease. (The reaper's batch takeover:
 // internal/reaper, TestLostBatchTakeoverAnswerReleasesTheLeases.)
 func TestLostTakeoverAnswerReleasesTheLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := setupRaw(t)
 	const key = "a-key-taken-over"
-	crash := errors.New("crash")
-	dead, op := w.engineWith(t, w.pool(t, 0), Config{CrashHook: func(_ context.Context, at CrashPoint) error {
-		if at == CrashAfterClaim {
-			return crash
-		}
-		return nil
-	}})
-	_, err := Do(ctx, dead, op, w.tenant, key, AsSent(w.raw("a", `{"n":1}`)))
-	require.ErrorIs(t, err, crash, "the worker dies holding the key")
+	dead, op := w.engineWith(t, w.pool(t, 0), Config{CrashHook: crashAt(CrashAfterClaim)})
+	_, err := Do(ctx, dead, op, w.tenant, key, pokePath("a"), AsSent([]byte(`{"n":1}`)))
+	require.ErrorIs(t, err, errCrash, "the worker dies holding the key")
 
 	// Its lease ran out: a retry reaches another process, which takes the
 	// key over, and the takeover's answer is lost.
@@ -178,7 +171,7 @@ func TestLostTakeoverAnswerReleasesTheLease(t *testing.T) {
 	later := testdb.Pool(t, proxied, w.t0.Add(2*time.Minute))
 	e, op := w.engine(t, later)
 	proxy.Arm(pgfault.Fault{Marker: []byte(key), Skip: 1}) // the claim's request carries the key, then the takeover's
-	_, err = Do(ctx, e, op, w.tenant, key, AsSent(w.raw("a", `{"n":1}`)))
+	_, err = Do(ctx, e, op, w.tenant, key, pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.Error(t, err)
 	require.True(t, dbstate.Unavailable(err), "%v", err)
 	<-proxy.Hit()
@@ -190,7 +183,7 @@ func TestLostTakeoverAnswerReleasesTheLease(t *testing.T) {
 	require.False(t, rec.Leased, "the lost takeover's lease was not released")
 	require.Zero(t, rec.Attempts, "a lost answer is not an attempt")
 
-	res, err := Do(ctx, e, op, w.tenant, key, AsSent(w.raw("a", `{"n":1}`)))
+	res, err := Do(ctx, e, op, w.tenant, key, pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.NoError(t, err, "the client's retry is not kept waiting for the lease")
 	require.Equal(t, OutcomeTakeover, res.Outcome)
 	require.Equal(t, 201, res.Response.Status)

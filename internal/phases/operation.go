@@ -6,127 +6,110 @@ import (
 	"strings"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
 )
 
-// Operation is one kind of idempotent request: a stable name, a path, and
-// the arrows from start to done, grouped into the transactions that commit
-// them. S is what its arrows work on (a charge, a refund): created or
-// loaded once per run and handed from arrow to arrow.
+// Operation is one kind of idempotent request. It has a name, the requests
+// it serves, and its phases from Start to Done.
 //
-// An operation's transactions are declared, not inferred: WithClaim holds
-// the arrows that commit in the claim's own transaction (before any
-// foreign call, so the claim and the first effects cost one commit), and
-// each Step is one transaction of its own, after its optional foreign call.
-// Reading the Operation value is reading when each recovery point commits.
+// S is what the phases work on (a charge, a refund). The first phase makes
+// it, or Load reads it when a run resumes, and each phase hands it on.
 type Operation[S any] struct {
-	// Name identifies the operation for good ("charges.create"): it is
-	// stored on every key the operation claims, Resume finds the operation
-	// of a key by it, and it names the request's span. Never rename an
-	// operation whose keys may still be unfinished.
+	// Name identifies the operation for good ("charges.create"). Every key
+	// it claims stores it, and Resume finds the operation by it. Its spans
+	// are Name, and Name+".resume" for a run that took a key over. Never
+	// rename an operation whose keys may be unfinished.
 	Name string
-	// ResumeSpan names the span of a run that took a key over
-	// ("charges.resume").
-	ResumeSpan string
-	// Path is the request path pattern keys of this operation are claimed
-	// under, whose {name} segments match any one segment
-	// ("/v1/charges/{id}/capture"); Segment reads them back from a stored
-	// request.
-	Path string
-	// Admit, if set, runs in the claim's transaction before the claim, for
-	// a new or unfinished key alike: an error rolls the claim back, so a
-	// request it turns away (an unknown charge, one whose authorization is
-	// not known yet) leaves no key behind and may be retried with the same
-	// key. It reads; what it reads goes out with the claim.
-	Admit func(ctx context.Context, tx *Tx, tenantID int64, req idempotency.Canonical) error
-	// ObjectID returns the id of the object the request creates or acts on,
-	// recorded on the key with its first arrow: shown to a client told to
-	// wait, and what Load finds the object by. An id derived from what a
-	// retry carries (tenant, key, request) is the same for a retry whose
-	// claim's commit was lost (a failover); incarnation counts the earlier
-	// incarnations of the key whose object holds the id derived before
-	// (ErrObjectIDTaken), from 0; -1 asks for an id that is not derived (a
-	// random one), the last resort after ObjectIDAttempts.
-	ObjectID func(tenantID int64, key string, req idempotency.Canonical, incarnation int) string
-	// Load reads the object of a run that resumes past start: the state its
-	// last committed arrow left.
-	Load func(ctx context.Context, q idempotency.DBTX, lease *idempotency.Lease) (S, error)
-	// WithClaim are the arrows committed in the claim's transaction, in
-	// order: the claim's new key row records their last recovery point and
-	// the object, so they need no fence of their own. They cannot have a
-	// foreign call: the call must come after the claim commits.
-	WithClaim []Arrow[S]
-	// Steps are the transactions after the claim, in order.
-	Steps []Step[S]
+	// Method and Path are the requests it serves. Path's {name} segments
+	// match any one segment ("/v1/charges/{id}/capture"), which Segment
+	// reads.
+	Method, Path string
+	// Parse parses and fingerprints a body sent to path (NewRequest). Its
+	// error refuses the request before its key decides anything. Only a
+	// body AsSent needs it.
+	Parse func(path string, body []byte) (Request, error)
+	// Admit, if set, reads in the claim's transaction before the claim
+	// commits, for a new or an unfinished key alike.
+	//
+	// Its error rolls the claim back. A request it turns away (an unknown
+	// charge, say) leaves no key, and may be retried with the same key.
+	Admit func(ctx context.Context, tx *Tx, tenantID int64, req Request) error
+	// ObjectID returns the id of the object the request creates or acts on.
+	// The key records it with the first phase, and Load finds the object
+	// by it.
+	//
+	// Derive the id from what a retry carries (tenant, key, request), so
+	// that a retry whose claim was lost in a failover finds the same id.
+	// The incarnation says which one of the key to derive it for.
+	ObjectID func(tenantID int64, key string, req Request, inc Incarnation) string
+	// Load reads the object of a run that resumes past Start, as its last
+	// committed phase left it.
+	Load func(ctx context.Context, tx *Tx, run *Run[S]) (S, error)
+	// Phases lead from Start to Done, in order. The last reaches Done, and
+	// only it.
+	Phases []Phase[S]
 }
 
-// Step is one transaction of an operation: an optional foreign call, then
-// the arrows that commit together, fenced by the key's lock_version.
-type Step[S any] struct {
-	// Call, if set, is the foreign call made before the step's
-	// transaction, outside any transaction, under a heartbeat-renewed
-	// lease. Its outcome class decides what happens (psp.Classify):
-	// success and final failure go on to the arrows, where Run.Outcome
-	// holds it; busy and unknown end the run at the point before the step,
-	// with the lease released on the retry schedule.
-	Call func(ctx context.Context, run *Run[S]) (psp.Outcome, error)
-	// Arrows commit in the step's one transaction, in order.
-	Arrows []Arrow[S]
+// Phase is one step between two recovery points. It makes an optional
+// foreign call, then commits.
+//
+// Phases commit together unless a foreign call stands between them. Those
+// before the first call commit with the claim. A phase with a call starts
+// a transaction that the call-less phases after it join. A commit is
+// needed before a foreign call, so that a crash during the call finds what
+// it acts on, and at the end. Any other would cost a round trip and make
+// nothing more recoverable.
+type Phase[S any] struct {
+	// To is the recovery point the phase reaches.
+	To Point
+	// Call, if set, is made before the phase's transaction, outside any
+	// transaction, under a lease a heartbeat renews. Its Class decides
+	// what happens (see Class).
+	Call func(ctx context.Context, run *Run[S]) (CallOutcome, error)
+	// Commit writes the phase's effects in tx and says what comes next.
+	// The engine fences tx and commits it with To. A status change's event
+	// belongs here, in the same tx.
+	Commit func(ctx context.Context, tx *Tx, run *Run[S]) (Next, error)
 }
 
-// Arrow is one step between two recovery points.
-type Arrow[S any] struct {
-	// To is the recovery point the arrow commits.
-	To idempotency.RecoveryPoint
-	// Commit writes the arrow's effects in tx, which the engine fences and
-	// commits with the new recovery point, and says what comes next: Next
-	// (go on), Respond (the request ends with this answer, stored in this
-	// same transaction) or Again (go round the step's foreign call once
-	// more). A status change's event belongs here, in the same tx.
-	Commit func(ctx context.Context, tx *Tx, run *Run[S]) (Transition, error)
+// Next is what a phase's Commit decides comes next.
+//
+// The zero Next decides nothing. A Commit that returns it fails the run,
+// so that no phase can leave its decision unsaid.
+type Next struct {
+	kind     nextKind
+	response Response
 }
 
-// Transition is what an arrow's Commit decided. The zero Transition is
-// not one: a Commit that returns it fails the run, so that none can leave
-// its decision unsaid.
-type Transition struct {
-	kind     transitionKind
-	response idempotency.Response
-}
-
-type transitionKind int
+type nextKind int
 
 const (
-	unsaid transitionKind = iota
-	next
+	unsaid nextKind = iota
+	proceed
 	respond
 	again
 )
 
-// Next: the arrow's effects commit with its recovery point, and the run
-// goes on to the next arrow. The arrow to done cannot return it.
-func Next() Transition { return Transition{kind: next} }
+// Proceed commits the phase's recovery point and goes on to the next
+// phase. The phase to Done cannot return it.
+func Proceed() Next { return Next{kind: proceed} }
 
-// Respond ends the request with resp, stored for replay in the transaction
-// of the calling Commit (the key is done): the last arrow's answer, or an
-// answer decided early (a request the object's state does not allow).
-func Respond(resp idempotency.Response) Transition {
-	return Transition{kind: respond, response: resp}
-}
+// Respond ends the request with resp, stored for replay in the phase's own
+// transaction. It is the last phase's answer, or one decided early (a
+// request the object's state does not allow).
+func Respond(resp Response) Next { return Next{kind: respond, response: resp} }
 
-// Again, from the first arrow of a step with a foreign call, keeps the key
-// at the recovery point before the step and makes the step's call again:
-// the transaction commits the arrow's effects, fenced, without moving the
-// key (the arrows after it do not run). It is how a charge moves to its
-// next PSP after a refusal: the refusal and the new attempt are recorded
-// together before anything is sent to the new PSP. The next call is Fresh:
-// this very run committed the point it starts from.
-func Again() Transition { return Transition{kind: again} }
+// Again, from a phase with a call, commits the phase's effects without
+// moving the key, and makes the call again.
+//
+// It is how a charge moves to its next PSP after a refusal. The refusal
+// and the new attempt commit together, before anything is sent to the new
+// PSP. The next call is Fresh, since this run committed what it starts from.
+func Again() Next { return Next{kind: again} }
 
-func (t Transition) String() string {
-	switch t.kind {
-	case next:
-		return "next"
+func (n Next) String() string {
+	switch n.kind {
+	case proceed:
+		return "proceed"
 	case respond:
 		return "respond"
 	case again:
@@ -135,98 +118,114 @@ func (t Transition) String() string {
 	return "unsaid"
 }
 
-// Run is one run of an operation on one key: what its arrows share.
+// Run is one run of an operation on one key. Its phases share it.
 type Run[S any] struct {
-	// Lease is the run's hold on the key; Lease.Record.Request the stored
-	// request it executes.
+	// Lease is the run's hold on the key. Lease.Record is the key as the
+	// run found it.
 	Lease *idempotency.Lease
 	// ObjectID is the key's object (Operation.ObjectID, or the key's record).
 	ObjectID string
-	// Object is the run's state: set by the first arrow's Commit, or by
-	// Load when the run resumes.
+	// Object is the run's state. The first phase sets it, or Load reads it.
 	Object S
-	// Fresh, in a Call, says that this very run committed the point before
-	// it: nothing can have been sent to the PSP yet, so the call skips the
-	// lookup that precedes a resend (psp FirstSend).
+	// Fresh says, in a Call, that this run committed the point before it.
+	// Nothing can have been sent yet, so the call may skip the lookup that
+	// precedes a resend.
 	Fresh bool
-	// Outcome is the answer of the step's Call, in its arrows' Commits.
-	Outcome psp.Outcome
 
-	loaded bool
-	done   *idempotency.Response // the answer stored, once an arrow responded
+	loaded bool      // Object is in hand, set by a commit of this run or loaded
+	done   *Response // the answer stored, once a phase responded
 }
 
 // Request is the stored request the run executes.
-func (r *Run[S]) Request() idempotency.Canonical { return r.Lease.Record.Request }
+func (r *Run[S]) Request() Request { return r.Lease.Record.Request }
 
-// step is a Step as the engine runs it; the arrows of WithClaim are step 0,
-// marked withClaim.
-type step[S any] struct {
-	Step[S]
-	withClaim bool
+// Incarnation is which object id ObjectID is asked for. That is the one
+// derived for an incarnation of the key, or a random one.
+type Incarnation struct {
+	n      int
+	random bool
 }
 
-// position is where an arrow sits: its step, and its index in the step.
-type position struct{ step, arrow int }
+// Derived returns the incarnation to derive the id for, from 0. False asks
+// for a random id, the last resort after ObjectIDAttempts incarnations.
+func (i Incarnation) Derived() (n int, ok bool) { return i.n, !i.random }
 
-// compile checks op and lays out its steps: WithClaim first (if any), then
-// Steps. A mistake is a programming error found when the operation is
-// registered.
-func (op *Operation[S]) compile() ([]step[S], error) {
-	var steps []step[S]
-	if len(op.WithClaim) > 0 {
-		steps = append(steps, step[S]{Step: Step[S]{Arrows: op.WithClaim}, withClaim: true})
+// ObjectIDAttempts bounds the incarnations whose derived ids a claim tries.
+//
+// The same key and body claimed again after retention, over and over,
+// makes each new claim try every id before its own, one exchange each.
+// Past the bound a claim asks for a random id, and its key is no longer
+// protected from a claim lost in a failover.
+const ObjectIDAttempts = 8
+
+// incarnation is what the n-th try asks Operation.ObjectID for.
+func incarnation(n int) Incarnation {
+	if n < ObjectIDAttempts {
+		return Incarnation{n: n}
 	}
-	for _, s := range op.Steps {
-		steps = append(steps, step[S]{Step: s})
-	}
+	return Incarnation{random: true}
+}
+
+// check refuses an operation that could never reach Done, a programming
+// error found when it is registered.
+func (op *Operation[S]) check() error {
 	switch {
 	case op.Name == "" || strings.TrimSpace(op.Name) != op.Name:
-		return nil, fmt.Errorf("an operation needs a name")
+		return fmt.Errorf("an operation needs a name")
+	case op.Method == "":
+		return fmt.Errorf("%s: Method is required", op.Name)
 	case op.Load == nil:
-		return nil, fmt.Errorf("%s: Load is required", op.Name)
-	case len(steps) == 0:
-		return nil, fmt.Errorf("%s: no arrows", op.Name)
+		return fmt.Errorf("%s: Load is required", op.Name)
+	case len(op.Phases) == 0:
+		return fmt.Errorf("%s: no phases", op.Name)
 	}
-	seen := map[idempotency.RecoveryPoint]bool{idempotency.PointStart: true}
-	for i, s := range steps {
-		if len(s.Arrows) == 0 {
-			return nil, fmt.Errorf("%s: step %d has no arrows", op.Name, i)
+	seen := map[Point]bool{Start: true}
+	for i, p := range op.Phases {
+		last := i == len(op.Phases)-1
+		switch {
+		case p.Commit == nil:
+			return fmt.Errorf("%s: the phase to %s has no Commit", op.Name, p.To)
+		case seen[p.To]:
+			return fmt.Errorf("%s: recovery point %s reached twice (or start)", op.Name, p.To)
+		case (p.To == Done) != last:
+			return fmt.Errorf("%s: the last phase, and only it, must reach done", op.Name)
 		}
-		for j, a := range s.Arrows {
-			last := i == len(steps)-1 && j == len(s.Arrows)-1
-			switch {
-			case a.Commit == nil:
-				return nil, fmt.Errorf("%s: the arrow to %s has no Commit", op.Name, a.To)
-			case seen[a.To]:
-				return nil, fmt.Errorf("%s: recovery point %s reached twice (or start)", op.Name, a.To)
-			case (a.To == idempotency.PointDone) != last:
-				return nil, fmt.Errorf("%s: the last arrow, and only it, must reach done", op.Name)
-			}
-			seen[a.To] = true
-		}
+		seen[p.To] = true
 	}
-	return steps, nil
+	return nil
 }
 
-// after returns the position of the arrow that leaves point: the first
-// arrow for start, else the arrow after the one that reached point.
-func after[S any](steps []step[S], point idempotency.RecoveryPoint) (position, bool) {
-	if point == idempotency.PointStart {
-		return position{}, true
+// after returns the index of the phase that leaves point.
+func (op *Operation[S]) after(point Point) (int, bool) {
+	if point == Start {
+		return 0, true
 	}
-	for i, s := range steps {
-		for j, a := range s.Arrows {
-			if a.To != point {
-				continue
-			}
-			if j+1 < len(s.Arrows) {
-				return position{i, j + 1}, true
-			}
-			return position{i + 1, 0}, i+1 < len(steps)
+	for i, p := range op.Phases {
+		if p.To == point {
+			return i + 1, i+1 < len(op.Phases)
 		}
 	}
-	return position{}, false
+	return 0, false
+}
+
+// span returns the end of the transaction that phase i starts. That is the
+// next phase with a call, or i+1 with OneCommitPerPhase.
+func (op *Operation[S]) span(i int, oneCommit bool) int {
+	end := i + 1
+	for !oneCommit && end < len(op.Phases) && op.Phases[end].Call == nil {
+		end++
+	}
+	return end
+}
+
+// withClaim returns how many phases commit in the claim's transaction.
+// Those are the phases before the first call, or none with
+// OneCommitPerPhase.
+func (op *Operation[S]) withClaim(oneCommit bool) int {
+	if oneCommit || op.Phases[0].Call != nil {
+		return 0
+	}
+	return op.span(0, false)
 }
 
 // Segment returns the segment of path that pattern's {name} matches, or "".

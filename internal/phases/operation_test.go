@@ -5,9 +5,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
 )
 
 // An operation reads its path parameters back from the stored request:
@@ -19,68 +16,93 @@ func TestSegment(t *testing.T) {
 	require.Empty(t, Segment("/v1/charges/{id}/capture", "/v1/charges/ch_1/capture", "other"))
 }
 
+// testOp is an operation of four phases, a call before the third:
+// start → a → b ─call→ c → done.
+func testOp() *Operation[int] {
+	commit := func(context.Context, *Tx, *Run[int]) (Next, error) { return Proceed(), nil }
+	called := func(context.Context, *Run[int]) (CallOutcome, error) { return CallOutcome{}, nil }
+	return &Operation[int]{Name: "test.op", Method: "POST",
+		Load: func(context.Context, *Tx, *Run[int]) (int, error) { return 0, nil },
+		Phases: []Phase[int]{
+			{To: "a", Commit: commit},
+			{To: "b", Commit: commit},
+			{To: "c", Call: called, Commit: commit},
+			{To: Done, Commit: commit},
+		},
+	}
+}
+
 // An operation that could not run to done, or could not be told apart
-// from another, is refused when it is registered: a programming error found
-// at start-up, not on the first request that reaches it.
+// from another, is refused when it is registered. The mistake is found at
+// start-up, not on the first request that reaches it.
 func TestRegisterRefusesOperationsThatCannotEnd(t *testing.T) {
 	t.Parallel()
-	commit := func(context.Context, *Tx, *Run[int]) (Transition, error) { return Next(), nil }
-	load := func(context.Context, idempotency.DBTX, *idempotency.Lease) (int, error) { return 0, nil }
-	arrow := func(to idempotency.RecoveryPoint) Arrow[int] { return Arrow[int]{To: to, Commit: commit} }
-	good := func() *Operation[int] {
-		return &Operation[int]{Name: "test.op", Load: load,
-			WithClaim: []Arrow[int]{arrow("a")},
-			Steps:     []Step[int]{{Arrows: []Arrow[int]{arrow("b"), arrow(idempotency.PointDone)}}},
-		}
-	}
-	require.NotPanics(t, func() { Register(&Engine{ops: map[string]resumer{}}, good()) })
+	require.NotPanics(t, func() { Register(&Engine{ops: map[string]resumer{}}, testOp()) })
 	for name, mutate := range map[string]func(*Operation[int]){
 		"no name":          func(op *Operation[int]) { op.Name = "" },
+		"no method":        func(op *Operation[int]) { op.Method = "" },
 		"no Load":          func(op *Operation[int]) { op.Load = nil },
-		"no arrows":        func(op *Operation[int]) { op.WithClaim, op.Steps = nil, nil },
-		"an empty step":    func(op *Operation[int]) { op.Steps = append(op.Steps, Step[int]{}) },
-		"no Commit":        func(op *Operation[int]) { op.WithClaim[0].Commit = nil },
-		"a point twice":    func(op *Operation[int]) { op.WithClaim[0].To = "b" },
-		"start reached":    func(op *Operation[int]) { op.WithClaim[0].To = idempotency.PointStart },
-		"last is not done": func(op *Operation[int]) { op.Steps[0].Arrows[1].To = "c" },
-		"done before last": func(op *Operation[int]) { op.WithClaim[0].To = idempotency.PointDone },
+		"no phases":        func(op *Operation[int]) { op.Phases = nil },
+		"no Commit":        func(op *Operation[int]) { op.Phases[0].Commit = nil },
+		"a point twice":    func(op *Operation[int]) { op.Phases[0].To = "b" },
+		"start reached":    func(op *Operation[int]) { op.Phases[0].To = Start },
+		"last is not done": func(op *Operation[int]) { op.Phases[3].To = "d" },
+		"done before last": func(op *Operation[int]) { op.Phases[0].To = Done },
 	} {
-		op := good()
+		op := testOp()
 		mutate(op)
 		require.Panics(t, func() { Register(&Engine{ops: map[string]resumer{}}, op) }, name)
 	}
 	e := &Engine{ops: map[string]resumer{}}
-	Register(e, good())
-	require.Panics(t, func() { Register(e, good()) }, "a name registered twice")
+	Register(e, testOp())
+	require.Panics(t, func() { Register(e, testOp()) }, "a name registered twice")
 }
 
-// A run resumes at the arrow after its recovery point: the next in its
-// step, or the first of the next step (whose foreign call runs first).
-func TestAfterFindsTheArrowThatLeavesAPoint(t *testing.T) {
+// A run resumes at the phase after its recovery point.
+func TestAfterFindsThePhaseThatLeavesAPoint(t *testing.T) {
 	t.Parallel()
-	called := func(context.Context, *Run[int]) (psp.Outcome, error) { return psp.Outcome{}, nil }
-	op := &Operation[int]{Name: "test.op",
-		Load:      func(context.Context, idempotency.DBTX, *idempotency.Lease) (int, error) { return 0, nil },
-		WithClaim: []Arrow[int]{{To: "a"}, {To: "b"}},
-		Steps:     []Step[int]{{Call: called, Arrows: []Arrow[int]{{To: "c"}, {To: idempotency.PointDone}}}},
-	}
-	for i := range op.WithClaim {
-		op.WithClaim[i].Commit = func(context.Context, *Tx, *Run[int]) (Transition, error) { return Next(), nil }
-	}
-	for i := range op.Steps[0].Arrows {
-		op.Steps[0].Arrows[i].Commit = func(context.Context, *Tx, *Run[int]) (Transition, error) { return Next(), nil }
-	}
-	steps, err := op.compile()
-	require.NoError(t, err)
-	for point, want := range map[idempotency.RecoveryPoint]position{
-		idempotency.PointStart: {0, 0}, "a": {0, 1}, "b": {1, 0}, "c": {1, 1},
-	} {
-		got, ok := after(steps, point)
+	op := testOp()
+	for point, want := range map[Point]int{Start: 0, "a": 1, "b": 2, "c": 3} {
+		got, ok := op.after(point)
 		require.True(t, ok, "%s", point)
 		require.Equal(t, want, got, "%s", point)
 	}
-	_, ok := after(steps, idempotency.PointDone)
+	_, ok := op.after(Done)
 	require.False(t, ok, "nothing leaves done")
-	_, ok = after(steps, "unknown")
+	_, ok = op.after("unknown")
 	require.False(t, ok)
+}
+
+// Phases commit together until a foreign call: those before the first call
+// with the claim, each phase with a call with the call-less phases after
+// it. One commit per phase commits each alone, and the claim alone.
+func TestPhasesCommitTogetherUntilAForeignCall(t *testing.T) {
+	t.Parallel()
+	op := testOp()
+	require.Equal(t, 2, op.withClaim(false), "a and b with the claim")
+	require.Equal(t, 4, op.span(2, false), "c and done in one transaction")
+	require.Equal(t, 2, op.span(1, false), "b alone, resumed at a")
+	require.Zero(t, op.withClaim(true))
+	for i := range op.Phases {
+		require.Equal(t, i+1, op.span(i, true))
+	}
+	op.Phases[0].Call = op.Phases[2].Call
+	require.Zero(t, op.withClaim(false), "a call first: the claim commits alone")
+}
+
+// Every crash point a run may pass is listed once, in either commit mode.
+func TestCrashPointsListsEveryPoint(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []CrashPoint{CrashAfterClaim, CrashAfter("a"), CrashAfter("b"), CrashAfterCall, CrashAfter("c")},
+		CrashPoints(testOp()))
+	require.Equal(t, "after_b", CrashAfter("b").String())
+}
+
+// A run holds an object once a phase set it to anything but its zero value.
+func TestHoldsIsNotTheZeroValue(t *testing.T) {
+	t.Parallel()
+	require.False(t, holds(&Run[*int]{}))
+	require.True(t, holds(&Run[*int]{Object: new(int)}))
+	require.False(t, holds(&Run[struct{ N int }]{}))
+	require.True(t, holds(&Run[struct{ N int }]{Object: struct{ N int }{1}}))
 }

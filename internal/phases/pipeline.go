@@ -16,52 +16,43 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
-// One round trip per transaction.
+// pipeTx is the transaction behind Tx. It holds statements back and sends
+// them together, BEGIN and COMMIT included.
 //
-// A transaction run the plain way costs one exchange with the database per
-// statement, plus one for BEGIN and one for COMMIT: a new charge used to
-// cost about ten, each a wait on the network and a wake-up of both sides.
-// pipeTx, behind the Tx the engine hands to an operation, holds statements
-// back and sends them together, BEGIN and COMMIT included, so that a
-// transaction costs as many exchanges as it has results it needs before
-// it can go on, plus one:
+// Run the plain way, a transaction costs an exchange per statement, plus
+// one for BEGIN and one for COMMIT. A new charge used to cost about ten.
+// A pipeTx costs one exchange per result it needs before it can go on,
+// plus one:
 //
-//   - queue (Tx.Queue, Tx.QueueRow) holds a statement back; its error, if
-//     any, surfaces at the next exchange. A check that needs a result is
-//     made by the statement itself, which fails (the fences of
-//     idempotency.Lease, migrations/00013). A queued row is handed to its
-//     callback when the exchange that carries it is read.
-//   - Query, QueryRow and exec need their answer now: they send what is
-//     queued, with a BEGIN before it if none was sent yet, and their own
-//     statement, in one exchange.
-//   - Commit sends what is left and the COMMIT in one exchange. If nothing
-//     was sent before, it sends no BEGIN and no COMMIT at all: the queued
-//     statements go out as one pipeline closed by one Sync, which
-//     PostgreSQL runs as one implicit transaction, committed at the Sync if
-//     every statement succeeded and rolled back whole if any failed. The
-//     connection is then idle either way: no ROLLBACK exchange follows a
-//     failure. This is what makes a replay cost one round trip: its claim
-//     fails (the key exists), and the lookup queued before it, whose answer
-//     was read before the failure, has what the client gets.
+//   - queue holds a statement back. Its error surfaces at the next
+//     exchange, so a check that matters is made by the statement itself
+//     (the fences of idempotency.Lease).
+//   - Query, QueryRow and exec need their answer now. They send what is
+//     queued and their own statement in one exchange, after a BEGIN if
+//     none went out yet.
+//   - Commit sends what is left and the COMMIT in one exchange.
 //
-// A statement's failure and a callback's are told apart: the first aborts
-// the transaction (nothing commits), the second is the reader's own
-// mistake about a statement that succeeded, so once the exchange that
-// committed has been read Commit reports it as a *CallbackError, never as
-// a failure to commit.
+// A transaction that read nothing sends no BEGIN and no COMMIT at all. Its
+// statements go out as one pipeline closed by one Sync, which PostgreSQL
+// runs as one implicit transaction. It commits or rolls back whole, and
+// leaves the connection idle either way. This is what makes a replay cost one
+// round trip. Its claim fails because the key exists, and the lookup read
+// before the failure holds the answer.
 //
-// The durable commits are the same as before: the statements that commit
-// together are the same, only how they travel changed.
-//
-// Arguments of a queued statement are encoded when it is sent: a caller
-// must not change what they point to before then.
+// A statement's failure aborts the transaction. A callback's failure is
+// the reader's own mistake about a statement that succeeded. Once the
+// exchange that committed was read, Commit reports it as a *CallbackError,
+// never as a failure to commit.
 type pipeTx struct {
 	conn    *pgxpool.Conn
 	pending []queued
-	// open: a BEGIN went out, so the transaction ends with a COMMIT or a
-	// ROLLBACK of its own.
+	// open says a BEGIN went out, so the transaction ends with a COMMIT or
+	// a ROLLBACK of its own.
 	open bool
-	// err is the first error an exchange reported: the transaction is
+	// With autocommit no BEGIN ever goes out, and each exchange is a
+	// transaction of its own (inReadTx).
+	autocommit bool
+	// err is the first error an exchange reported. The transaction is
 	// aborted, and only Rollback is left.
 	err    error
 	closed bool
@@ -75,15 +66,15 @@ type queued struct {
 
 var _ idempotency.Queuer = (*Tx)(nil)
 
-// inPipeTx runs fn in a pipelined transaction on a connection of pool, and
-// commits it if fn returns nil, rolls it back otherwise (like pgx.BeginFunc).
+// inPipeTx runs fn in a pipelined transaction on a connection of pool. It
+// commits if fn returns nil, and rolls back otherwise (like pgx.BeginFunc).
 func inPipeTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *Tx) error) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	// A connection left inside a transaction (a lost exchange, say) is
-	// destroyed by Release rather than reused.
+	// Release destroys a connection left inside a transaction (a lost
+	// exchange, say) rather than reuse it.
 	defer conn.Release()
 	tx := &Tx{p: &pipeTx{conn: conn}}
 	if err := fn(tx); err != nil {
@@ -92,10 +83,27 @@ func inPipeTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *Tx) error) er
 	return tx.p.Commit(ctx)
 }
 
-// queue holds sql back until the next exchange; scan, if set, gets its row.
+// inReadTx runs fn on a connection of pool outside any transaction. Each
+// of its reads is an exchange of its own, as on the pool itself.
+func inReadTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *Tx) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	tx := &Tx{p: &pipeTx{conn: conn, autocommit: true}}
+	if err := fn(tx); err != nil {
+		return errors.Join(err, tx.p.Rollback(ctx))
+	}
+	return tx.p.Commit(ctx)
+}
+
+// queue holds sql back until the next exchange. scan, if set, gets its
+// row. The arguments are copied now (freeze), so what they point to may
+// change before the exchange.
 func (t *pipeTx) queue(sql string, args []any, scan func(pgx.Row) error) {
 	if t.usable() == nil {
-		t.pending = append(t.pending, queued{sql: sql, args: args, scan: scan})
+		t.pending = append(t.pending, queued{sql: sql, args: freeze(args), scan: scan})
 	}
 }
 
@@ -109,16 +117,17 @@ func (t *pipeTx) usable() error {
 	return nil
 }
 
-// send sends what is queued, then tail, in one exchange, with a BEGIN
-// first unless implicit (Commit's single exchange) or one went out
-// already, and reads the queued statements' results. The caller reads
-// tail's and closes the results. cbErr is the first error a queued row's
-// callback returned for a statement that succeeded: the exchange went on
-// (its results are read, and a COMMIT in tail still commits), and the
-// caller decides what the callback's failure means.
+// send sends what is queued, then tail, in one exchange, and reads the
+// queued statements' results. The caller reads tail's and closes them.
+//
+// A BEGIN goes first unless the exchange is implicit (Commit's only one)
+// or one went out already. The cbErr it returns is the first error of a
+// queued row's callback for a statement that succeeded. The exchange goes
+// on regardless, a COMMIT in tail still commits, and the caller decides
+// what the callback's failure means.
 func (t *pipeTx) send(ctx context.Context, tail []queued, implicit bool) (_ pgx.BatchResults, cbErr error, err error) {
 	b := &pgx.Batch{}
-	begin := !implicit && !t.open
+	begin := !implicit && !t.open && !t.autocommit
 	if begin {
 		b.Queue(beginSQL)
 	}
@@ -160,10 +169,10 @@ func (t *pipeTx) send(ctx context.Context, tail []queued, implicit bool) (_ pgx.
 	return results, cbErr, nil
 }
 
-// readRow hands a queued statement's row to scan, and tells the
-// statement's own failure (stmtErr: the database's) from scan's (cbErr: a
-// row that did not decode, or a check of the reader's). scan sees the
-// statement's error too, as pgx's QueryRow would show it.
+// readRow hands a queued statement's row to scan. It tells the statement's
+// own failure (stmtErr) from scan's (cbErr), a row that did not decode or
+// a check of the reader's. The scan sees the statement's error too, as
+// pgx's QueryRow would show it.
 func readRow(results pgx.BatchResults, scan func(pgx.Row) error) (stmtErr, cbErr error) {
 	rows, err := results.Query()
 	if err != nil {
@@ -177,10 +186,9 @@ func readRow(results pgx.BatchResults, scan func(pgx.Row) error) (stmtErr, cbErr
 	return nil, cbErr
 }
 
-// translated is a failed statement's error as its reader's scan reported
-// it, when scan translated it the way a storage edge does (charges: a
-// derived id an earlier incarnation holds is ErrObjectIDTaken), else the
-// statement's own.
+// translated is a failed statement's error, as scan reported it if scan
+// translated it the way a storage edge does. Charges turns a derived id
+// an earlier incarnation holds into ErrObjectIDTaken, say.
 func translated(stmtErr, cbErr error) error {
 	if cbErr != nil && errors.Is(cbErr, stmtErr) {
 		return cbErr
@@ -207,38 +215,31 @@ func (r *queuedRow) Scan(dest ...any) error {
 }
 
 // prepare makes every statement of b a prepared statement of the
-// connection's own (pgx's Prepare with the SQL as its name), which costs an
-// exchange the first time a connection sees a statement and nothing after.
-// It does so only in pgx's default exec mode (cache_statement); in any
-// other mode the connection was configured with (default_query_exec_mode
-// in DATABASE_URL, or dbpool's choice behind a transaction pooler) it
-// prepares nothing and pgx sends the batch in that mode, as it sends every
-// other query: exec and simple_protocol use no prepared statement at all,
-// cache_describe and describe_exec only the unnamed one.
+// connection's own, named by its SQL. That costs an exchange the first
+// time a connection sees a statement, and nothing after.
 //
-// Why not pgx's statement cache: a batch that fails invalidates every
-// statement in it from the cache, and the next use of each then costs an
-// exchange to deallocate and one to prepare again. A pipelined transaction
-// fails as a matter of course (a replay's claim, a lost fence), which
-// would make every replay cost three exchanges instead of one. Statements
-// prepared by name are not touched by that invalidation. The statements
-// sent through a pipeTx are constants, so the set a connection prepares is
-// bounded.
+// It does so only in pgx's default exec mode (cache_statement). Any other
+// mode is set by default_query_exec_mode in DATABASE_URL, or by dbpool
+// behind a transaction pooler. Then it prepares nothing, and pgx sends the
+// batch as it sends every other query.
 //
-// Which statements a connection has prepared is remembered here rather
-// than asked of pgx: its Prepare answers an already prepared statement
-// from its own map too, but traces every call (a span each, with
-// otelpgx), which would add a span per statement per exchange.
+// Why not pgx's statement cache? A batch that fails invalidates its
+// statements in the cache, and the next use of each costs an exchange to
+// deallocate and one to prepare again. A pipelined transaction fails as a
+// matter of course (a replay's claim, a lost fence), so every replay would
+// cost three exchanges instead of one. Statements prepared by name are not
+// touched by that invalidation, and a pipeTx only sends constants, so the
+// set a connection prepares is bounded.
+//
+// What a connection has prepared is remembered here. pgx's Prepare knows
+// too, but traces every call (a span each, with otelpgx).
 //
 // The server may forget a statement behind the client's back (DEALLOCATE,
-// DISCARD ALL: a pooler's reset query, an operator) or find that its
-// result type changed (a column type change). The exchange that meets it
-// fails with what dbstate.StaleStatement recognises, a retryable error
-// (503), and note marks the connection's statements stale: the next
-// transaction on the connection starts by forgetting every statement,
-// here and in pgx (DEALLOCATE ALL), and prepares them again. Remembering
-// them regardless, as this once did, failed every later transaction on
-// the connection until the pool retired it.
+// DISCARD ALL: a pooler's reset query), or find its result type changed.
+// The exchange that meets it fails with a retryable error
+// (dbstate.StaleStatement, a 503), and note marks the connection's
+// statements stale. The connection's next transaction then forgets every
+// statement (DEALLOCATE ALL) and prepares them again.
 func (t *pipeTx) prepare(ctx context.Context, b *pgx.Batch) error {
 	conn := t.conn.Conn()
 	if conn.Config().DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
@@ -265,8 +266,7 @@ func (t *pipeTx) prepare(ctx context.Context, b *pgx.Batch) error {
 }
 
 // note marks the connection's prepared statements stale if err says the
-// server no longer has one of them as prepared (see prepare), and returns
-// err.
+// server no longer has one of them (see prepare). It returns err.
 func (t *pipeTx) note(err error) error {
 	if dbstate.StaleStatement(err) {
 		statementsOn(t.conn.Conn()).stale = true
@@ -275,17 +275,16 @@ func (t *pipeTx) note(err error) error {
 }
 
 // statements is what prepare knows of one connection's prepared
-// statements: their SQL, and whether the server was found to have lost or
-// changed one since.
+// statements. It holds their SQL, and whether the server lost or changed
+// one since.
 type statements struct {
 	names map[string]struct{}
 	stale bool
 }
 
-// prepared maps a connection, weakly, to its statements. The statements
-// of a connection are only touched by whoever holds the connection, one
-// goroutine at a time; its entry goes when the connection is garbage
-// collected.
+// prepared maps a connection, weakly, to its statements. Only the holder
+// of a connection touches its statements, one goroutine at a time. The
+// entry goes when the connection is garbage collected.
 var prepared sync.Map // weak.Pointer[pgx.Conn] → *statements
 
 func statementsOn(conn *pgx.Conn) *statements {
@@ -357,9 +356,10 @@ func (t *pipeTx) exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 }
 
 // sendOpen sends what is queued and one statement of an open transaction
-// (Query, exec). A queued row's callback that failed aborts the
-// transaction, which has not committed: what the callback was to read is
-// not known, so nothing after it may rely on it.
+// (Query, exec).
+//
+// A queued row's callback that failed aborts the transaction, which has not
+// committed. Nothing after it may rely on what the callback was to read.
 func (t *pipeTx) sendOpen(ctx context.Context, stmt queued) (pgx.BatchResults, error) {
 	results, cbErr, err := t.send(ctx, []queued{stmt}, false)
 	if err != nil {
@@ -374,8 +374,8 @@ func (t *pipeTx) sendOpen(ctx context.Context, stmt queued) (pgx.BatchResults, e
 }
 
 // Commit sends what is queued and the commit in one exchange (see pipeTx).
-// It returns nil or a *CallbackError when the transaction committed, and
-// any other error when it did not.
+// It returns nil or a *CallbackError when the transaction committed, any
+// other error when it did not.
 func (t *pipeTx) Commit(ctx context.Context) error {
 	if t.closed {
 		return pgx.ErrTxClosed
@@ -417,8 +417,8 @@ func (t *pipeTx) Commit(ctx context.Context) error {
 	return committed(cbErr)
 }
 
-// committed is what Commit says of a transaction that committed: nil, or
-// the callback's failure as a *CallbackError.
+// committed is what Commit says of a transaction that committed. That is
+// nil, or the callback's failure as a *CallbackError.
 func committed(cbErr error) error {
 	if cbErr == nil {
 		return nil

@@ -64,11 +64,11 @@ func TestStatementsTheServerForgotArePreparedAgain(t *testing.T) {
 	}
 }
 
-// Pitfall: the pipelined transaction prepared named statements whatever
-// exec mode the connection was configured with (default_query_exec_mode):
-// behind a transaction pooler, which hands each transaction a server
-// connection that never saw them, every transaction failed. In any mode
-// but cache_statement it prepares none.
+// The pipelined transaction prepared named statements whatever exec mode
+// the connection was configured with (default_query_exec_mode). Behind a
+// transaction pooler, each transaction gets a server connection that never
+// saw them, and every one failed. In any mode but cache_statement it now
+// prepares none.
 func TestPipelineHonoursExecMode(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -13,9 +13,8 @@ import (
 )
 
 // A pipelined transaction commits all of its statements or none, whether
-// it was sent as one implicit transaction (nothing read before the commit)
-// or opened by a read; a failed fence anywhere in it is ErrLeaseLost, and
-// the connection goes back to the pool idle.
+// sent as one implicit transaction or opened by a read. A failed fence
+// anywhere in it is ErrLeaseLost, and the connection goes back idle.
 func TestPipelinedTransactionCommitsAllOrNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -92,11 +91,12 @@ func TestPipelinedTransactionAbortsAfterAnError(t *testing.T) {
 	require.NotErrorIs(t, err, pgx.ErrTxClosed)
 }
 
-// A queued row's reader that fails after the statement succeeded is the
-// reader's mistake, not the database's: once the exchange that committed
-// was read, Commit says the transaction committed (a *CallbackError),
-// never that it failed — a caller told "failed" would retry what is
-// already written. Before the commit, the same failure aborts the
+// A queued row's reader that fails after the statement succeeded made the
+// commit report failure, though the transaction had committed. A caller
+// told "failed" retries what is already written.
+//
+// Once the exchange that committed was read, Commit now says it committed
+// (a *CallbackError). Before the commit, the same failure aborts the
 // transaction, so nothing relies on what could not be read.
 func TestCommittedTransactionIsReportedCommittedWhenAReaderFails(t *testing.T) {
 	t.Parallel()
@@ -165,4 +165,25 @@ func TestExecReturnsItsRealCommandTag(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tenants WHERE name LIKE 'tag-%!'`).Scan(&n))
 	require.Equal(t, 2, n)
+}
+
+// A queued statement writes its arguments as they were when it was queued.
+// A phase that changes a pointer, slice, map or bytes after queueing the
+// write does not change what is written.
+func TestQueuedArgumentsAreCopiedWhenQueued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	_, err := pool.Exec(ctx, `CREATE TABLE queued (s text, m jsonb, b bytea, l text[])`)
+	require.NoError(t, err)
+	s, m, b, l := "queued", map[string]string{"k": "queued"}, []byte("queued"), []string{"queued"}
+	require.NoError(t, inPipeTx(ctx, pool, func(tx *Tx) error {
+		tx.Queue(`INSERT INTO queued VALUES ($1, $2, $3, $4)`, &s, m, b, l)
+		s, m["k"], b[0], l[0] = "changed", "changed", 'X', "changed"
+		return nil
+	}))
+	var got [4]string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT s, m->>'k', convert_from(b, 'UTF8'), l[1] FROM queued`).
+		Scan(&got[0], &got[1], &got[2], &got[3]))
+	require.Equal(t, [4]string{"queued", "queued", "queued", "queued"}, got)
 }

@@ -83,37 +83,54 @@ func (w *rawWorld) engine(t *testing.T, pool *pgxpool.Pool) (*Engine, *Operation
 
 // engineWith is engine with cfg (a crash hook, say).
 func (w *rawWorld) engineWith(t *testing.T, pool *pgxpool.Pool, cfg Config) (*Engine, *Operation[struct{}]) {
-	// One commit per phase: the toy's one arrow, to done, is not folded
+	// One commit per phase: the toy's one phase, to done, is not folded
 	// into the claim (an operation's first foreign call always comes
 	// before done).
 	cfg.OneCommitPerPhase = true
 	e, err := New(pool, w.store, cfg)
 	require.NoError(t, err)
 	t.Cleanup(e.Wait)
-	op := &Operation[struct{}]{
-		Name: "things.poke", ResumeSpan: "things.poke.resume", Path: pokePattern,
-		Load: func(context.Context, idempotency.DBTX, *idempotency.Lease) (struct{}, error) { return struct{}{}, nil },
-		Steps: []Step[struct{}]{{Arrows: []Arrow[struct{}]{{To: idempotency.PointDone,
-			Commit: func(_ context.Context, _ *Tx, run *Run[struct{}]) (Transition, error) {
-				w.runs.Add(1)
-				id := Segment(pokePattern, run.Request().Path, "id")
-				return Respond(idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{"poked":"` + id + `"}`)}), nil
-			}}}}},
-	}
+	op := w.op("things.poke", Phase[struct{}]{To: Done,
+		Commit: func(_ context.Context, _ *Tx, run *Run[struct{}]) (Next, error) {
+			w.runs.Add(1)
+			id := Segment(pokePattern, run.Request().Path, "id")
+			return Respond(Response{Status: 201, ContentType: "application/json", Body: []byte(`{"poked":"` + id + `"}`)}), nil
+		}})
 	Register(e, op)
 	return e, op
 }
 
-// raw is a poke of thing id with body, whose parses are counted.
-func (w *rawWorld) raw(id, body string) Raw {
-	return Raw{Method: "POST", Path: pokePath(id), Body: []byte(body), Parse: func(b []byte) (idempotency.Canonical, error) {
-		w.parses.Add(1)
-		var p pokeParams
-		if err := json.Unmarshal(b, &p); err != nil || p.N <= 0 {
-			return idempotency.Canonical{}, fmt.Errorf("n must be a positive integer")
+// op is a toy operation named name, POST /v1/things/{id}/poke, with phases.
+func (w *rawWorld) op(name string, phases ...Phase[struct{}]) *Operation[struct{}] {
+	return &Operation[struct{}]{
+		Name: name, Method: "POST", Path: pokePattern, Parse: w.parse,
+		Load:   func(context.Context, *Tx, *Run[struct{}]) (struct{}, error) { return struct{}{}, nil },
+		Phases: phases,
+	}
+}
+
+// parse is the toy operations' Parse, whose parses are counted.
+func (w *rawWorld) parse(path string, b []byte) (Request, error) {
+	w.parses.Add(1)
+	var p pokeParams
+	if err := json.Unmarshal(b, &p); err != nil || p.N <= 0 {
+		return Request{}, fmt.Errorf("n must be a positive integer")
+	}
+	return NewRequest("POST", path, p)
+}
+
+// errCrash stops a run at a crash point, as a dead process would.
+var errCrash = errors.New("crashed")
+
+// crashAt is phasestest.CrashAt, which this package's own tests cannot
+// import.
+func crashAt(point CrashPoint) func(context.Context, CrashPoint) error {
+	return func(_ context.Context, at CrashPoint) error {
+		if at == point {
+			return errCrash
 		}
-		return idempotency.CanonicalizeParams("POST", pokePath(id), p)
-	}}
+		return nil
+	}
 }
 
 // delta runs fn and returns how many statements and parses it cost.
@@ -123,41 +140,40 @@ func (w *rawWorld) delta(fn func()) (statements, parses int64) {
 	return w.statements.Load() - s, w.parses.Load() - p
 }
 
-// A retry of a finished request, its first attempt's bytes, is answered by
-// one read of its key and no parse; the same request encoded otherwise is
-// still a replay, from that same read, parsed; a different body with the
-// same key is still a mismatch and an invalid one still refused, each
-// after that one read. Nothing runs again.
+// A retry of a finished request with its first attempt's bytes is answered
+// by one read of its key and no parse. The same request encoded otherwise
+// is a replay from that read, parsed. A different body is a mismatch, and
+// an invalid one refused, each after that one read. Nothing runs again.
 func TestReplayOfTheSameBytesIsOneReadWithoutParsing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := setupRaw(t)
 	e, op := w.engine(t, w.pool(t, 0))
 
-	first, err := Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`)))
+	first, err := Do(ctx, e, op, w.tenant, "k", pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.NoError(t, err)
 	require.Equal(t, OutcomeNew, first.Outcome)
 	require.EqualValues(t, 1, w.parses.Load())
 
 	var res Result
-	statements, parses := w.delta(func() { res, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`))) })
+	statements, parses := w.delta(func() { res, err = Do(ctx, e, op, w.tenant, "k", pokePath("a"), AsSent([]byte(`{"n":1}`))) })
 	require.NoError(t, err)
 	require.Equal(t, Result{Response: first.Response, Outcome: OutcomeReplay}, res)
 	require.EqualValues(t, 1, statements, "one read of the key")
 	require.Zero(t, parses, "the stored canonical bytes are not parsed again")
 
-	statements, parses = w.delta(func() { res, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", "{ \"n\": 1 }\n"))) })
+	statements, parses = w.delta(func() { res, err = Do(ctx, e, op, w.tenant, "k", pokePath("a"), AsSent([]byte("{ \"n\": 1 }\n"))) })
 	require.NoError(t, err)
 	require.Equal(t, Result{Response: first.Response, Outcome: OutcomeReplay}, res, "re-encoded, the same request")
 	require.EqualValues(t, 1, statements, "the read made before parsing is the one decided on")
 	require.EqualValues(t, 1, parses)
 
-	statements, parses = w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":2}`))) })
+	statements, parses = w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "k", pokePath("a"), AsSent([]byte(`{"n":2}`))) })
 	require.ErrorIs(t, err, idempotency.ErrMismatch)
 	require.EqualValues(t, 1, statements)
 	require.EqualValues(t, 1, parses)
 
-	statements, _ = w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":0}`))) })
+	statements, _ = w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "k", pokePath("a"), AsSent([]byte(`{"n":0}`))) })
 	var perr *ParseError
 	require.ErrorAs(t, err, &perr, "an invalid body is refused whatever its key holds")
 	require.EqualValues(t, 1, statements, "and claims nothing")
@@ -173,25 +189,25 @@ func TestRawReplayOnAnotherPathIsAMismatch(t *testing.T) {
 	ctx := context.Background()
 	w := setupRaw(t)
 	e, op := w.engine(t, w.pool(t, 0))
-	_, err := Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`)))
+	_, err := Do(ctx, e, op, w.tenant, "k", pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.NoError(t, err)
-	_, parses := w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("b", `{"n":1}`))) })
+	_, parses := w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "k", pokePath("b"), AsSent([]byte(`{"n":1}`))) })
 	require.ErrorIs(t, err, idempotency.ErrMismatch)
 	require.EqualValues(t, 1, parses, "not answered before parsing")
 	require.EqualValues(t, 1, w.runs.Load())
 }
 
-// A key this process has seen that is not finished behaves as it did: held
-// by a live lease, 409 through the claim; abandoned and due, taken over
-// and run; released until its next attempt, told to wait, from the one
-// read and without parsing (the wait is an answer the stored bytes get).
+// A key this process has seen that is not finished behaves as it did. Held
+// by a live lease, it gets 409 through the claim. Abandoned and due, it is
+// taken over and run. Released until its next attempt, it is told to wait,
+// from the one read and without parsing.
 func TestSeenUnfinishedKeyBehavesAsBefore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := setupRaw(t)
 	then := w.pool(t, 0)
 	e, op := w.engine(t, then)
-	req, err := w.raw("a", `{"n":1}`).Parse([]byte(`{"n":1}`))
+	req, err := w.parse(pokePath("a"), []byte(`{"n":1}`))
 	require.NoError(t, err)
 	claimKey := func(key string) *idempotency.Lease {
 		t.Helper()
@@ -205,14 +221,14 @@ func TestSeenUnfinishedKeyBehavesAsBefore(t *testing.T) {
 	}
 
 	claimKey("held")
-	_, parses := w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "held", AsSent(w.raw("a", `{"n":1}`))) })
+	_, parses := w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "held", pokePath("a"), AsSent([]byte(`{"n":1}`))) })
 	require.ErrorIs(t, err, idempotency.ErrInProgress)
 	require.EqualValues(t, 1, parses, "the claim needs the parsed request")
 
 	lease := claimKey("released")
 	_, err = lease.Release(ctx, then, errors.New("psp unavailable"), 0)
 	require.NoError(t, err)
-	_, parses = w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "released", AsSent(w.raw("a", `{"n":1}`))) })
+	_, parses = w.delta(func() { _, err = Do(ctx, e, op, w.tenant, "released", pokePath("a"), AsSent([]byte(`{"n":1}`))) })
 	var wait *idempotency.WaitError
 	require.ErrorAs(t, err, &wait)
 	require.Zero(t, parses)
@@ -220,7 +236,7 @@ func TestSeenUnfinishedKeyBehavesAsBefore(t *testing.T) {
 	later, laterOp := w.engine(t, w.pool(t, 2*time.Minute))
 	for _, key := range []string{"held", "released"} {
 		later.hints.add(w.tenant, key, time.Time{})
-		res, err := Do(ctx, later, laterOp, w.tenant, key, AsSent(w.raw("a", `{"n":1}`)))
+		res, err := Do(ctx, later, laterOp, w.tenant, key, pokePath("a"), AsSent([]byte(`{"n":1}`)))
 		require.NoError(t, err, key)
 		require.Equal(t, OutcomeTakeover, res.Outcome, key)
 		require.Equal(t, `{"poked":"a"}`, string(res.Response.Body))
@@ -237,7 +253,7 @@ func TestReplayReadsTheDayTheHintKnows(t *testing.T) {
 	ctx := context.Background()
 	w := setupRaw(t)
 	e, op := w.engine(t, w.pool(t, 0))
-	first, err := Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`)))
+	first, err := Do(ctx, e, op, w.tenant, "k", pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.NoError(t, err)
 	today := w.t0.Truncate(24 * time.Hour)
 	d, ok := e.hints.seen(w.tenant, "k")
@@ -245,14 +261,14 @@ func TestReplayReadsTheDayTheHintKnows(t *testing.T) {
 	require.Equal(t, today, d, "the claim's day")
 
 	var res Result
-	statements, _ := w.delta(func() { res, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`))) })
+	statements, _ := w.delta(func() { res, err = Do(ctx, e, op, w.tenant, "k", pokePath("a"), AsSent([]byte(`{"n":1}`))) })
 	require.NoError(t, err)
 	require.Equal(t, Result{Response: first.Response, Outcome: OutcomeReplay}, res)
 	require.EqualValues(t, 1, statements)
 
 	for _, wrong := range []time.Time{today.AddDate(0, 0, -400), today.AddDate(0, 0, 1)} {
 		e.hints.add(w.tenant, "k", wrong)
-		statements, _ = w.delta(func() { res, err = Do(ctx, e, op, w.tenant, "k", AsSent(w.raw("a", `{"n":1}`))) })
+		statements, _ = w.delta(func() { res, err = Do(ctx, e, op, w.tenant, "k", pokePath("a"), AsSent([]byte(`{"n":1}`))) })
 		require.NoError(t, err)
 		require.Equal(t, Result{Response: first.Response, Outcome: OutcomeReplay}, res)
 		require.EqualValues(t, 2, statements, "the wrong day, then the heads")

@@ -8,46 +8,19 @@ import (
 
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
 )
 
-// How a run that cannot finish ends: its lease kept alive during a slow
-// foreign call, released on the retry schedule after a busy or unknown
-// outcome, released once the database is back after it failed under the
-// run, and answered from the key alone when the lease was taken over.
+// How a run that cannot finish ends. After a busy or unknown outcome it is
+// released on the retry schedule. After the database failed under it, it
+// is released once the database is back. A run whose lease was taken over
+// answers from the key alone.
 
-// call makes a foreign call under the lease. A heartbeat keeps the lease
-// while the call is slow; when the heartbeat finds the lease taken over, it
-// stops the call (the PSP client's own quick retries included) with
-// ErrLeaseLost: whatever is still in flight is the new holder's to find
-// out by reference. The heartbeat is stopped before this returns, so that
-// it can never renew a lease the caller then releases. The call is noted
-// for the request's timeline, written with the holder's next statement.
-func (e *Engine) call(ctx context.Context, lease *idempotency.Lease, fn func(context.Context) (psp.Outcome, error)) (psp.Outcome, error) {
-	callCtx, stopCall := context.WithCancelCause(ctx)
-	hbCtx, stop := context.WithCancel(ctx)
-	beat := make(chan struct{})
-	go func() {
-		defer close(beat)
-		lease.Heartbeat(hbCtx, e.pool, func(err error) { stopCall(err) })
-	}()
-	defer func() { stop(); <-beat; stopCall(nil) }()
-	start := time.Now()
-	out, err := fn(callCtx)
-	e.recordPSP(ctx, start, out)
-	notePSPCall(lease, out, time.Since(start))
-	if cause := context.Cause(callCtx); errors.Is(cause, idempotency.ErrLeaseLost) {
-		return out, fmt.Errorf("PSP call stopped: %w", cause)
-	}
-	return out, err
-}
-
-// release ends an attempt whose PSP outcome is unknown (or busy) at its
-// recovery point: the lease is given up and the next attempt scheduled, no
-// sooner than notBefore (a busy PSP's Retry-After), or the key is handed to
-// an operator once it is past GIVE_UP_AFTER. It runs even if the request's
-// context ended: a lease left held would make every retry wait out the
-// lease.
+// release ends an attempt at its recovery point. It gives the lease up and
+// schedules the next attempt, no sooner than notBefore (a busy service's
+// Retry-After). Past GIVE_UP_AFTER the key goes to an operator.
+//
+// It runs even if the request's context ended. A lease left held would
+// make every retry wait it out.
 func (e *Engine) release(ctx context.Context, lease *idempotency.Lease, objectID string, cause error, notBefore time.Duration) error {
 	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -61,49 +34,47 @@ func (e *Engine) release(ctx context.Context, lease *idempotency.Lease, objectID
 	if rel.NeedsAttention {
 		return fmt.Errorf("%w: %w", idempotency.ErrUnresolved, cause)
 	}
-	if errors.Is(cause, psp.ErrUnavailable) || errors.Is(cause, psp.ErrBusy) {
+	if errors.Is(cause, ErrUnavailable) {
 		return &UnavailableError{ObjectID: objectID, RetryAfter: rel.RetryAfter, Cause: cause}
 	}
 	return cause
 }
 
 // releaseLater gives up the lease of a run the database failed under, once
-// the database answers again, retrying in the background with a growing
-// pause. It is not an attempt (idempotency.Lease.Unlock): the PSP did not
-// fail, so the key is due at once and the client's retry resumes it,
-// rather than being told the PSP is unavailable. It gives up when the lease
-// would have run out by itself anyway, or when it finds the lease gone (the
-// run's last commit did land, or someone took the key over). The key stays
-// at its last committed recovery point: the PSP's answer, if one was lost
-// with the database, is found again by the lookup by reference that
-// precedes any resend under the same PSP key. Wait waits for these to end.
+// the database answers again. Wait waits for it.
+//
+// It is not an attempt (idempotency.Lease.Unlock). The service did not
+// fail, so the key is due at once and the client's retry resumes it. The
+// key stays at its last committed point; an answer lost with the database
+// is found again by the lookup that precedes any resend. The retries stop
+// when the lease would have run out anyway, or is found gone.
 func (e *Engine) releaseLater(lease *idempotency.Lease, cause error) {
 	e.unlockLater(lease.Record.Key, cause, time.Now().Add(e.keys.Lease()),
 		func(ctx context.Context) error { return lease.Unlock(ctx, e.pool) })
 }
 
 // releaseLostClaim is releaseLater for a claim whose answer was lost before
-// the key's row was read back: the claim may have committed, holding the
-// key for a whole lease, though nothing runs it (every retry would get 409
-// until the lease ran out). Not knowing the row's creation time, the
-// release finds the key by the token this very claim wrote
-// (idempotency.Store.UnlockLostClaim): never another request's lease.
+// the key's row was read back.
+//
+// The claim may have committed and hold the key for a whole lease, with
+// nothing running it. Every retry would get 409. The release finds the key
+// by the token this very claim wrote (idempotency.Store.UnlockLostClaim),
+// so it never ends another request's lease.
 func (e *Engine) releaseLostClaim(lease *idempotency.Lease, cause error) {
 	e.unlockLater(lease.Record.Key, cause, time.Now().Add(e.keys.Lease()),
 		func(ctx context.Context) error { return e.keys.UnlockLostClaim(ctx, e.pool, lease) })
 }
 
-// releaseLostTakeover is releaseLater for a takeover whose answer was lost
-// (idempotency.LostTakeoverError): it may hold the key, and nothing runs
-// it. The release is fenced by what the takeover wrote, its token and the
-// lock_version it set, so it never touches a later holder.
+// releaseLostTakeover is releaseLater for a takeover whose answer was lost.
+// It may hold the key with nothing running it. The release is fenced by
+// the token and lock_version the takeover wrote, so it never touches a
+// later holder.
 func (e *Engine) releaseLostTakeover(key string, lost *idempotency.LostTakeoverError) {
 	e.unlockLater(key, lost, lost.Deadline(), func(ctx context.Context) error { return lost.Release(ctx, e.pool) })
 }
 
 // unlockLater retries unlock in the background until the database answers,
-// or until giveUp (when the lease runs out by itself anyway): see
-// releaseLater.
+// or until giveUp, when the lease runs out by itself (see releaseLater).
 func (e *Engine) unlockLater(key string, cause error, giveUp time.Time, unlock func(context.Context) error) {
 	e.background.Go(func() {
 		switch err := idempotency.RetryUnlock(giveUp, unlock); {
@@ -117,12 +88,12 @@ func (e *Engine) unlockLater(key string, cause error, giveUp time.Time, unlock f
 	})
 }
 
-// afterLeaseLost answers a run whose lease was taken over: with the key's
-// stored response if the new holder finished, else ErrInProgress.
-func (e *Engine) afterLeaseLost(ctx context.Context, lease *idempotency.Lease) (idempotency.Response, error) {
+// afterLeaseLost answers a run whose lease was taken over. The answer is
+// the key's stored response if the new holder finished, else ErrInProgress.
+func (e *Engine) afterLeaseLost(ctx context.Context, lease *idempotency.Lease) (Response, error) {
 	rec, err := e.keys.Lookup(ctx, e.pool, lease.Record.TenantID, lease.Record.Key)
 	if err != nil {
-		return idempotency.Response{}, err
+		return Response{}, err
 	}
 	e.tel.countOutcome(ctx, "lease_lost")
 	e.log.WarnContext(ctx, "lease lost to a takeover", "key", lease.Record.Key, "lock_version", lease.Record.LockVersion,
@@ -130,5 +101,5 @@ func (e *Engine) afterLeaseLost(ctx context.Context, lease *idempotency.Lease) (
 	if rec.State == idempotency.StateDone && rec.CreatedAt.Equal(lease.Record.CreatedAt) {
 		return *rec.Response, nil
 	}
-	return idempotency.Response{}, fmt.Errorf("key %q: %w", lease.Record.Key, idempotency.ErrInProgress)
+	return Response{}, fmt.Errorf("key %q: %w", lease.Record.Key, idempotency.ErrInProgress)
 }

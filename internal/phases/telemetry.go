@@ -16,7 +16,6 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/telemetry"
 )
 
@@ -31,10 +30,9 @@ const (
 	attrOutcome       = attribute.Key("phasepay.outcome")
 	attrPhase         = attribute.Key("phasepay.phase")
 	attrPSPResult     = attribute.Key("phasepay.psp.result")
-	// A request's span names its operation, its key by hash (never the
-	// key itself: spans leave the service; idempotency.KeyHash) and the
-	// object it creates or acts on (a charge or refund id), so that a
-	// tracing backend finds a request's traces by any of them.
+	// A request's span names its operation, its key's hash and its
+	// object, so that a tracing backend finds its traces by any of them.
+	// Never the key itself, since spans leave the service (KeyHash).
 	attrOperation = attribute.Key("phasepay.operation")
 	attrKeyHash   = attribute.Key("phasepay.key_hash")
 	attrObjectID  = attribute.Key("phasepay.object_id")
@@ -42,7 +40,7 @@ const (
 
 // nameRequest sets the attributes that find a request's span: its
 // operation and key hash, and its object once known ("" leaves it out).
-// Only on a span that records: the hash costs a SHA-256.
+// Only on a span that records, since the hash costs a SHA-256.
 func nameRequest(span trace.Span, op string, key, objectID string) {
 	if !span.IsRecording() {
 		return
@@ -124,37 +122,37 @@ func (in *instruments) countOutcome(ctx context.Context, outcome string) {
 	}
 }
 
-// arrow runs one arrow's statements in a span named after the recovery
+// phase runs one phase's statements in a span named after the recovery
 // point it reaches, and times it.
-func (e *Engine) arrow(ctx context.Context, lease *idempotency.Lease, to idempotency.RecoveryPoint, fn func(context.Context) error) error {
+func (e *Engine) phase(ctx context.Context, lease *idempotency.Lease, to Point, fn func(context.Context) error) error {
 	start := time.Now()
-	ctx, span := e.startArrow(ctx, lease, to, start)
+	ctx, span := e.startPhase(ctx, lease, to, start)
 	err := fn(ctx)
-	e.endArrow(ctx, span, to, start, time.Now(), err)
+	e.endPhase(ctx, span, to, start, time.Now(), err)
 	return err
 }
 
-// arrowRun is an arrow run in the claim's transaction, whose span and
-// metric wait for that transaction's end (recordArrows): its writes are
-// queued with the claim and go out in one exchange, and they roll back
-// with it when the key exists, in which case no phase ran (a replay shows
-// none).
-type arrowRun struct {
-	to    idempotency.RecoveryPoint
+// phaseRun is a phase run in the claim's transaction, whose span waits for
+// that transaction's end (recordPhases).
+//
+// Its writes go out with the claim, and roll back with it when the key
+// exists. Then no phase ran, and a replay shows none.
+type phaseRun struct {
+	to    Point
 	start time.Time
 	err   error
 }
 
-// recordArrows records the spans and metrics of the arrows run in the
-// claim's transaction, which committed at end.
-func (e *Engine) recordArrows(ctx context.Context, lease *idempotency.Lease, runs []arrowRun, end time.Time) {
+// recordPhases records the spans and metrics of the phases run in the
+// claim's transaction, which ended at end.
+func (e *Engine) recordPhases(ctx context.Context, lease *idempotency.Lease, runs []phaseRun, end time.Time) {
 	for _, r := range runs {
-		actx, span := e.startArrow(ctx, lease, r.to, r.start)
-		e.endArrow(actx, span, r.to, r.start, end, r.err)
+		pctx, span := e.startPhase(ctx, lease, r.to, r.start)
+		e.endPhase(pctx, span, r.to, r.start, end, r.err)
 	}
 }
 
-func (e *Engine) startArrow(ctx context.Context, lease *idempotency.Lease, to idempotency.RecoveryPoint, start time.Time) (context.Context, trace.Span) {
+func (e *Engine) startPhase(ctx context.Context, lease *idempotency.Lease, to Point, start time.Time) (context.Context, trace.Span) {
 	return e.tel.tracer.Start(ctx, "phase "+string(to), trace.WithTimestamp(start), trace.WithAttributes(
 		attrTenant.Int64(lease.Record.TenantID),
 		attrRecoveryPoint.String(string(to)),
@@ -162,7 +160,7 @@ func (e *Engine) startArrow(ctx context.Context, lease *idempotency.Lease, to id
 	))
 }
 
-func (e *Engine) endArrow(ctx context.Context, span trace.Span, to idempotency.RecoveryPoint, start, end time.Time, err error) {
+func (e *Engine) endPhase(ctx context.Context, span trace.Span, to Point, start, end time.Time, err error) {
 	outcome := "ok"
 	switch {
 	case errors.Is(err, idempotency.ErrLeaseLost):
@@ -178,12 +176,9 @@ func (e *Engine) endArrow(ctx context.Context, span trace.Span, to idempotency.R
 	e.tel.phaseDuration.Record(ctx, end.Sub(start).Seconds(), e.tel.phaseAttrs.Get([2]string{string(to), outcome}))
 }
 
-// recordPSP times a PSP call by its result.
-func (e *Engine) recordPSP(ctx context.Context, start time.Time, out psp.Outcome) {
-	result := out.Class.String()
-	if out.Class == psp.ClassSuccess || out.Declined() {
-		result = cmp.Or(out.Authorization.Status, out.Operation.Status)
-	}
+// recordCall times a foreign call by its result.
+func (e *Engine) recordCall(ctx context.Context, start time.Time, out CallOutcome) {
+	result := cmp.Or(out.Result, out.Class.String())
 	e.tel.pspDuration.Record(ctx, time.Since(start).Seconds(), e.tel.pspAttrs.Get(result))
 }
 
@@ -209,9 +204,9 @@ func linkTo(traceContext string) []trace.SpanStartOption {
 	return []trace.SpanStartOption{trace.WithLinks(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("phasepay.link", "claimed_by")}})}
 }
 
-// endSpan ends a request's span; a mismatch or a conflict is an answer the
-// key gave (an event), and an invalid request (AsSent) the client's mistake,
-// not a failure of the span.
+// endSpan ends a request's span. A mismatch or a conflict is an answer the
+// key gave, and an invalid body the client's mistake. Neither fails the
+// span.
 func endSpan(span trace.Span, err error) {
 	if err != nil && !errors.Is(err, idempotency.ErrMismatch) && !errors.Is(err, idempotency.ErrInProgress) &&
 		!errors.As(err, new(*ParseError)) {

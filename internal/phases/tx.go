@@ -11,24 +11,22 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 )
 
-// Tx is the transaction an arrow commits in (and the claim's Admit reads
-// in): the engine's own, pipelined (pipeline.go), so that a transaction
-// costs one exchange with the database plus one per read it cannot go on
-// without. It says what each call does:
+// Tx is the transaction a phase commits in, and the one Admit and Load
+// read in.
 //
-//   - Queue holds a write back until the exchange its commit rides in (or
-//     the next read), and returns nothing: a write whose outcome matters
-//     checks it in the statement itself (a fence, a constraint, a
-//     CHECK), so that a failure aborts the transaction and surfaces from
-//     the commit. What its arguments point to must not change before then.
-//   - QueueRow is Queue for a statement whose one row is handed to scan
-//     when its exchange is read.
-//   - Query and QueryRow read now: what is queued goes out first, in the
-//     same exchange.
-//   - Exec runs a statement now and returns its real command tag: an
-//     exchange of its own. Prefer Queue in an arrow.
+// It is pipelined (pipeline.go). A transaction costs one exchange with the
+// database, plus one per read it cannot go on without. Each call says what
+// it does:
 //
-// The engine fences, commits and rolls back; an arrow never does.
+//   - Queue holds a write back until the commit's exchange or the next
+//     read, and copies its arguments now. A write whose outcome matters
+//     checks it in the statement itself (a fence, a constraint), so that
+//     its failure aborts the transaction and surfaces from the commit.
+//   - QueueRow is Queue for a statement whose one row goes to scan.
+//   - Query and QueryRow read now, sending what is queued first.
+//   - Exec runs a statement now and returns its real command tag.
+//
+// The engine fences, commits and rolls back. A phase never does.
 type Tx struct {
 	p *pipeTx
 }
@@ -38,14 +36,15 @@ var (
 	_ idempotency.Queuer = (*Tx)(nil)
 )
 
-// Queue queues a write; see Tx.
+// Queue queues a write. See Tx.
 func (t *Tx) Queue(sql string, args ...any) { t.p.queue(sql, args, nil) }
 
-// QueueRow queues a statement with one row; scan gets the row when the
-// exchange that carries it is read (pgx.ErrNoRows when there is none). An
-// error scan returns for a statement that succeeded aborts the transaction
-// if it has not committed yet; once it has, the commit reports a
-// *CallbackError (the transaction did commit).
+// QueueRow queues a statement with one row, handed to scan when its
+// exchange is read (pgx.ErrNoRows when there is none).
+//
+// An error scan returns for a statement that succeeded aborts the
+// transaction if it has not committed yet. Once it has, the commit reports
+// a *CallbackError.
 func (t *Tx) QueueRow(sql string, args []any, scan func(pgx.Row) error) { t.p.queue(sql, args, scan) }
 
 // Query sends what is queued and sql in one exchange and returns sql's rows.
@@ -59,14 +58,15 @@ func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 }
 
 // Exec sends what is queued and sql in one exchange, and returns sql's
-// command tag.
+// command tag. Prefer Queue in a phase, since Exec costs an exchange.
 func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	return t.p.exec(ctx, sql, args...)
 }
 
-// CallbackError: a transaction committed, but a queued row's scan failed
-// on a row the database returned (a decoding error, say). What was written
-// is written; what the scan was to fill in is not to be trusted.
+// CallbackError is a transaction that committed although a queued row's
+// scan failed on a row the database returned (a decoding error, say).
+// What was written is written. What the scan was to fill in is not to be
+// trusted.
 type CallbackError struct{ Err error }
 
 func (e *CallbackError) Error() string {
@@ -75,8 +75,8 @@ func (e *CallbackError) Error() string {
 
 func (e *CallbackError) Unwrap() error { return e.Err }
 
-// Committed reports whether err says a transaction committed
-// (a *CallbackError) even though reading part of its answer failed.
+// Committed reports whether err says a transaction committed even though
+// reading part of its answer failed (a *CallbackError).
 func Committed(err error) bool {
 	_, ok := errors.AsType[*CallbackError](err)
 	return ok

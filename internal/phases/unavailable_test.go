@@ -11,11 +11,10 @@ import (
 	"github.com/phasepay/phasepay/internal/dbstate"
 )
 
-// TestNoConnectionIsDatabaseUnavailable: a request whose claim cannot get
-// a connection (the pool cannot connect) ends as the database being
-// unavailable (503 database_unavailable), not as a panic on the claim it
-// never queued (500: seen under make chaos, while the database refused
-// connections).
+// A request whose claim cannot get a connection ends as the database being
+// unavailable (503 database_unavailable). It used to panic on the claim it
+// never queued, a 500 seen under make chaos while the database refused
+// connections.
 func TestNoConnectionIsDatabaseUnavailable(t *testing.T) {
 	w := setupRaw(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -28,7 +27,7 @@ func TestNoConnectionIsDatabaseUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(dead.Close)
 	e, op := w.engine(t, dead)
-	_, err = Do(context.Background(), e, op, w.tenant, "no-connection", AsSent(w.raw("a", `{"n":1}`)))
+	_, err = Do(context.Background(), e, op, w.tenant, "no-connection", pokePath("a"), AsSent([]byte(`{"n":1}`)))
 	require.Error(t, err)
 	require.True(t, dbstate.Unavailable(err), "%v", err)
 }

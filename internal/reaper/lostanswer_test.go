@@ -12,7 +12,6 @@ import (
 	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/harness/pgfault"
 	"github.com/phasepay/phasepay/harness/testdb"
-	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/reaper"
@@ -51,7 +50,7 @@ func TestLostBatchTakeoverAnswerReleasesTheLeases(t *testing.T) {
 	require.Zero(t, rec.Attempts, "a lost answer is not an attempt")
 
 	req, _ := chargestest.Request(t, fmt.Sprintf(`{"amount":%d,"currency":"usd","payment_method":"pm_card_visa"}`, 100+len(key)))
-	res, err := b.Service(t, 2*time.Minute, phases.Config{}).Create(ctx, b.Tenant, key, charges.Parsed(req))
+	res, err := b.Service(t, 2*time.Minute, phases.Config{}).Create(ctx, b.Tenant, key, phases.Parsed(req))
 	require.NoError(t, err, "the client's retry is not kept waiting for the lease")
 	require.Equal(t, phases.OutcomeTakeover, res.Outcome)
 	require.Equal(t, http.StatusCreated, res.Response.Status)

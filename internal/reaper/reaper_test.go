@@ -22,6 +22,7 @@ import (
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/phases/phasestest"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
 	"github.com/phasepay/phasepay/internal/timeline"
@@ -43,9 +44,9 @@ func setup(t *testing.T) *chargestest.Bundle {
 func abandon(t *testing.T, b *chargestest.Bundle, key string, oneCommit bool, at phases.CrashPoint) {
 	t.Helper()
 	req, _ := chargestest.Request(t, fmt.Sprintf(`{"amount":%d,"currency":"usd","payment_method":"pm_card_visa"}`, 100+len(key)))
-	svc := b.Service(t, 0, phases.Config{OneCommitPerPhase: oneCommit, CrashHook: chargestest.CrashAt(at)})
-	_, err := svc.Create(context.Background(), b.Tenant, key, charges.Parsed(req))
-	require.ErrorIs(t, err, chargestest.ErrCrash)
+	svc := b.Service(t, 0, phases.Config{OneCommitPerPhase: oneCommit, CrashHook: phasestest.CrashAt(at)})
+	_, err := svc.Create(context.Background(), b.Tenant, key, phases.Parsed(req))
+	require.ErrorIs(t, err, phasestest.ErrCrash)
 }
 
 // newReaper returns a reaper whose database clock stands at T0+offset.
@@ -77,10 +78,10 @@ func TestReaperCompletesAbandonedKeys(t *testing.T) {
 		at        phases.CrashPoint
 	}{
 		{false, phases.CrashAfterClaim},
-		{false, phases.CrashAfterPSPCall},
+		{false, phases.CrashAfterCall},
 		{true, phases.CrashAfterClaim},
 		{true, charges.CrashAfterChargeCreated},
-		{true, phases.CrashAfterPSPCall},
+		{true, phases.CrashAfterCall},
 		{true, charges.CrashAfterPSPAuthorized},
 	}
 	for _, tt := range tests {
@@ -117,7 +118,7 @@ func TestSeveralReapersCompleteEachKeyOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	points := []phases.CrashPoint{phases.CrashAfterClaim, phases.CrashAfterPSPCall}
+	points := []phases.CrashPoint{phases.CrashAfterClaim, phases.CrashAfterCall}
 	const n = 40
 	for i := range n {
 		abandon(t, b, fmt.Sprintf("k%02d", i), false, points[i%2])
