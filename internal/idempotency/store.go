@@ -343,19 +343,3 @@ func (s *Store) TakeOverExpired(ctx context.Context, q DBTX, limit int) ([]*Leas
 	}
 	return leases, nil
 }
-
-// stuckSQL counts the started keys nobody holds: each should be picked up
-// by the reaper within an interval; a number that stays up is the alarm.
-const stuckSQL = `
-SELECT count(*), coalesce(max(attempts), 0)
-  FROM idempotency_keys
- WHERE state = 'started' AND (locked_until IS NULL OR locked_until <= phasepay_now())`
-
-// Stuck returns how many started keys have no valid lease, and the most
-// attempts any of them has used.
-func (s *Store) Stuck(ctx context.Context, q DBTX) (count int64, maxAttempts int, err error) {
-	if err := q.QueryRow(ctx, stuckSQL).Scan(&count, &maxAttempts); err != nil {
-		return 0, 0, fmt.Errorf("count stuck keys: %w", err)
-	}
-	return count, maxAttempts, nil
-}
