@@ -71,7 +71,7 @@ const EndpointsPerPass = 2 * MaxEndpoints
 // CountLimit is where the backlog gauges stop counting (backlogSQL): a
 // count reads what it counts, so a larger backlog shows as CountLimit,
 // "at least", and costs no more to measure.
-const CountLimit = 10_000
+const CountLimit = 1000
 
 // walkStart is where a pass starts walking each tenant's endpoints ($1 of
 // walkSQL): a point drawn at random among endpoint ids ("we_" and 24 hex
