@@ -27,11 +27,15 @@ type Plans struct {
 
 // PlansPool opens a pool on url configured as phasepay's processes
 // configure theirs (dbpool.ConfigurePool: timeouts, one generic plan per
-// statement), whose every statement's plan p records from now on.
-func (p *Plans) PlansPool(t testing.TB, url string) *pgxpool.Pool {
+// statement), then by opts, whose every statement's plan p records from
+// now on.
+func (p *Plans) PlansPool(t testing.TB, url string, opts ...func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
 	return Pool(t, url, time.Time{}, func(cfg *pgxpool.Config) {
 		dbpool.ConfigurePool(cfg, url)
+		for _, o := range opts {
+			o(cfg)
+		}
 		cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
 			if strings.Contains(n.Message, "Query Text:") {
 				p.mu.Lock()

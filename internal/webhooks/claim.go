@@ -148,11 +148,8 @@ func (d *Deliverer) RunOnce(ctx context.Context, wg *sync.WaitGroup, wake chan<-
 		if free <= 0 {
 			return started, nil
 		}
-		rows, err := d.pool.Query(ctx, d.candidatesSQL, walkStart(), ex.endpoints, ex.hosts, ex.tenantHosts, ex.tenants)
-		if err != nil {
-			return started, fmt.Errorf("claim deliveries: %w", err)
-		}
-		cands, err := pgx.CollectRows(rows, pgx.RowToStructByPos[candidate])
+		cands, err := collectWithoutJIT(ctx, d.pool, pgx.RowToStructByPos[candidate], d.candidatesSQL,
+			walkStart(), ex.endpoints, ex.hosts, ex.tenantHosts, ex.tenants)
 		if err != nil {
 			return started, fmt.Errorf("claim deliveries: %w", err)
 		}

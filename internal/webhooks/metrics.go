@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/phasepay/phasepay/internal/events"
@@ -78,10 +79,17 @@ type BacklogStats struct {
 	DueDelay float64
 }
 
+// Querier runs the backlog's statement: a *pgxpool.Pool, a *pgx.Conn or
+// a pgx.Tx.
+type Querier interface {
+	events.DBTX
+	batcher
+}
+
 // Backlog measures what waits to be delivered.
-func Backlog(ctx context.Context, q events.DBTX) (BacklogStats, error) {
-	var b BacklogStats
-	if err := q.QueryRow(ctx, backlogSQL, walkStart()).Scan(&b.Pending, &b.OldestAge, &b.DueDelay); err != nil {
+func Backlog(ctx context.Context, q Querier) (BacklogStats, error) {
+	b, err := backlog(ctx, q, backlogSQL, walkStart())
+	if err != nil {
 		return BacklogStats{}, fmt.Errorf("webhook backlog: %w", err)
 	}
 	return b, nil
@@ -90,12 +98,25 @@ func Backlog(ctx context.Context, q events.DBTX) (BacklogStats, error) {
 // TenantBacklog measures what waits to be delivered to one tenant's
 // endpoints: while another tenant's endpoints all hang, its own backlog
 // stays near zero (the chaos harness checks it).
-func TenantBacklog(ctx context.Context, q events.DBTX, tenantID int64) (BacklogStats, error) {
-	var b BacklogStats
-	if err := q.QueryRow(ctx, tenantBacklogSQL, walkStart(), tenantID).Scan(&b.Pending, &b.OldestAge, &b.DueDelay); err != nil {
+func TenantBacklog(ctx context.Context, q Querier, tenantID int64) (BacklogStats, error) {
+	b, err := backlog(ctx, q, tenantBacklogSQL, walkStart(), tenantID)
+	if err != nil {
 		return BacklogStats{}, fmt.Errorf("webhook backlog of tenant %d: %w", tenantID, err)
 	}
 	return b, nil
+}
+
+// backlog runs one of the backlog statements, planned without JIT
+// (collectWithoutJIT: it walks every tenant's endpoints).
+func backlog(ctx context.Context, q Querier, sql string, args ...any) (BacklogStats, error) {
+	bs, err := collectWithoutJIT(ctx, q, pgx.RowToStructByPos[BacklogStats], sql, args...)
+	if err != nil {
+		return BacklogStats{}, err
+	}
+	if len(bs) != 1 {
+		return BacklogStats{}, fmt.Errorf("%d rows, not 1", len(bs))
+	}
+	return bs[0], nil
 }
 
 func (d *Deliverer) backlog(ctx context.Context) {
