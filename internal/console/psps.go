@@ -34,7 +34,7 @@ const pspWindow = time.Minute
 // through idempotency_keys_due. It read every unfinished key claimed
 // before: during a PSP outage, millions at each refresh (pitfall 90 "A
 // backlog every pass reads again"); with more, the calls shown of them are
-// a sample.
+// a sample. Sent with its values, as ratesSQL is, for the same reason.
 const pspCallsSQL = `
 WITH recent AS (
     SELECT r.timeline
@@ -77,7 +77,7 @@ var classes = func() map[string]psp.Class {
 }()
 
 func (s *Server) pspHealth(ctx context.Context) ([]pspHealth, error) {
-	rows, err := s.cfg.Pool.Query(ctx, pspCallsSQL, rateScan.Microseconds(), pspWindow.Microseconds())
+	rows, err := s.cfg.Pool.Query(ctx, pspCallsSQL, pgx.QueryExecModeSimpleProtocol, rateScan.Microseconds(), pspWindow.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("psp calls: %w", err)
 	}

@@ -33,14 +33,17 @@ type endpointRow struct {
 // hangs can be owed millions (pitfall 90 "A backlog every pass reads
 // again"). The pending count walks webhook_deliveries_endpoint_due, the
 // given-up one webhook_deliveries_failed (migrations/00026), each in its
-// order, so that the walk stops at its LIMIT; package webhooks lists one
-// tenant's endpoints (webhooks.List) and the console shows them all at
-// once.
+// order, which only that index has: so the walk stops at its LIMIT, and
+// no other index of the tenant's deliveries is read through with the
+// endpoint as a filter (webhook_deliveries_tenant_pending was, for an
+// endpoint with nothing pending: the tenant's every delivery pending
+// elsewhere). Package webhooks lists one tenant's endpoints
+// (webhooks.List); the console shows them all at once.
 const endpointsSQL = `
 SELECT t.name, e.id, e.url, e.events, e.created_at,
        (SELECT count(*) FROM (SELECT FROM webhook_deliveries d
          WHERE d.state = 'pending' AND d.tenant_id = e.tenant_id AND d.endpoint_id = e.id
-         ORDER BY d.tenant_id, d.endpoint_id LIMIT 1000) p),
+         ORDER BY greatest(d.next_attempt_at, coalesce(d.locked_until, '-infinity'::timestamptz)) LIMIT 1000) p),
        (SELECT count(*) FROM (SELECT FROM webhook_deliveries d
          WHERE d.state = 'failed' AND d.tenant_id = e.tenant_id AND d.endpoint_id = e.id
            AND d.event_created_at > phasepay_now() - interval '1 day'

@@ -39,7 +39,7 @@ type Census struct {
 }
 
 // CensusLimit is where each count of the census stops.
-const CensusLimit = 1000
+const CensusLimit = 500
 
 // censusSQL reads at most CensusLimit keys for each count, each count a
 // walk of an index that stops at its LIMIT (pitfall 90 "A backlog every
