@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
-	neturl "net/url"
+	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/internal/console"
+	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/operator"
 	"github.com/phasepay/phasepay/internal/webhooks"
@@ -295,7 +298,7 @@ func newConsoleClient(ctx context.Context, base, token string) (*consoleClient, 
 	c := &consoleClient{base: base, hc: &http.Client{Jar: jar, Timeout: time.Minute,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/login",
-		strings.NewReader(neturl.Values{"token": {token}}.Encode()))
+		strings.NewReader(url.Values{"token": {token}}.Encode()))
 	if err != nil {
 		return nil, err
 	}
@@ -329,4 +332,60 @@ func (c *consoleClient) get(ctx context.Context, path string) error {
 		return errors.New("console " + path + ": " + resp.Status)
 	}
 	return nil
+}
+
+// hangingListener accepts requests and answers none until release.
+func hangingListener() (addr string, release func()) {
+	released := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		select {
+		case <-released:
+		case <-r.Context().Done():
+		}
+	}))
+	var once sync.Once
+	return srv.Listener.Addr().String(), func() {
+		once.Do(func() { close(released) })
+		srv.Close()
+	}
+}
+
+// dialTo is an HTTP client that connects to addrs[host] for the hosts it
+// names, as a resolver would make it.
+func dialTo(addrs map[string]string) *http.Client {
+	var d net.Dialer
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, target string) (net.Conn, error) {
+			host, _, _ := net.SplitHostPort(target)
+			if a, ok := addrs[host]; ok {
+				target = a
+			}
+			return d.DialContext(ctx, network, target)
+		},
+		MaxIdleConnsPerHost: 8,
+	}}
+}
+
+// passesPool opens a pool on url as phasepay's processes open theirs
+// (dbpool.ConfigurePool: timeouts, one generic plan per statement), whose
+// statements rec records.
+func passesPool(ctx context.Context, url string, rec *statementRecorder) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	dbpool.ConfigurePool(cfg, url)
+	cfg.ConnConfig.Tracer = rec
+	cfg.MaxConns = 8
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// databaseURL is the admin URL with another database.
+func databaseURL(admin, name string) (string, error) {
+	u, err := url.Parse(admin)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	return u.String(), nil
 }
