@@ -109,7 +109,7 @@ failover: pg-auto-failover
 	$(GO) run ./harness/cmd/failover -seed $(CHAOS_SEED) -intents $(FAILOVER_INTENTS) -json bench/results/failover-sync.json
 	$(GO) run ./harness/cmd/failover -seed $(CHAOS_SEED) -intents $(FAILOVER_INTENTS) -async -json bench/results/failover-async.json
 
-## bench: phasepay against pgbench baselines on this machine; prints a table, writes bench/results/ and draws the plots of docs/benchmarks.md (docs/benchmarks/*.svg)
+## bench: phasepay against pgbench baselines on this machine, and every background pass against backlogs of 10^3 to 10^6 rows (the growth step; alone: go run ./harness/cmd/bench -steps growth, which writes bench/results/growth.json and docs/benchmarks/passes.svg); prints a table, writes bench/results/ and draws the plots of docs/benchmarks.md (docs/benchmarks/*.svg)
 bench: build pg pgbouncer
 	$(GO) run ./harness/cmd/bench
 

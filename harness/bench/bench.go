@@ -59,6 +59,9 @@ type Config struct {
 	// RowsPerDay are the keys stored in each day of that measurement.
 	// Default 20,000.
 	RowsPerDay int
+	// PassSizes are the backlog sizes the background passes are timed
+	// against (passes.go). Default 10³, 10⁴, 10⁵, 10⁶.
+	PassSizes []int
 }
 
 // Results is everything one run measured.
@@ -103,6 +106,9 @@ type Results struct {
 	// TimelineCost is new charges with the request timeline on against
 	// TIMELINE=off (timeline.go).
 	TimelineCost []TimelineCost `json:"timeline_cost"`
+	// Passes is every background pass timed against backlogs it must not
+	// read (passes.go).
+	Passes *Passes `json:"background_passes,omitempty"`
 }
 
 // Run runs the whole benchmark.
@@ -154,6 +160,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		{"tenant foreign keys (alternating with/without)", e.withStatistics(e.tenantFKs)},
 		{"claim by partition count", e.claimByPartitions},
 		{"cost growth with stored keys", e.growth},
+		{"growth: background passes against backlogs of 10³ to 10⁶ rows", e.passes},
 		{"retention: drop vs delete, claims during the drop", e.retention},
 		{"Go micro-benchmarks", e.micro},
 	}

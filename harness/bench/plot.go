@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image/color"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,11 +48,15 @@ type series struct {
 	dashed bool
 }
 
-// chart is one plot: its file name, titles and lines.
+// chart is one plot: its file name, titles and lines, in palette's
+// colors unless colors are given.
 type chart struct {
 	file, title, x, y string
-	logX              bool
+	logX, logY        bool
 	lines             []series
+	colors            []color.Color
+	// xLabel writes an x tick's label; default %.4g.
+	xLabel func(float64) string
 }
 
 // Plots draws every plot of the results as SVG, by file name. The same
@@ -99,6 +104,16 @@ func (r *Results) Plots() (map[string][]byte, error) {
 		},
 	}
 	out := map[string][]byte{}
+	if r.Passes != nil && len(r.Passes.Costs) > 0 {
+		// The growth step draws from its own run (bench/results/growth.json
+		// when it ran alone), dated as that run.
+		c := r.Passes.chart()
+		b, err := c.svg(r.Passes.Machine + ", " + r.Passes.Started.UTC().Format("2006-01-02 15:04 UTC"))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.file, err)
+		}
+		out[c.file] = b
+	}
 	for _, c := range charts {
 		b, err := c.svg(r.Machine + ", " + r.Started.UTC().Format("2006-01-02 15:04 UTC"))
 		if err != nil {
@@ -164,8 +179,36 @@ var palette = []color.Color{
 	color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
 }
 
+// passesPalette: one color per pass of the passes plot.
+var passesPalette = []color.Color{
+	color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+	color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+	color.RGBA{R: 0xe3, G: 0x77, B: 0xc2, A: 0xff},
+	color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
+	color.RGBA{R: 0xbc, G: 0xbd, B: 0x22, A: 0xff},
+}
+
 // svg draws the chart, with note (the machine and the time) under it.
 func (c chart) svg(note string) ([]byte, error) {
+	p, err := c.plot(note)
+	if err != nil {
+		return nil, err
+	}
+	canvas := vgsvg.NewWith(vgsvg.UseWH(6*vg.Inch, 3.6*vg.Inch), vgsvg.EmbedFonts(false))
+	p.Draw(draw.New(canvas))
+	var b bytes.Buffer
+	if _, err := canvas.WriteTo(&b); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// plot lays the chart out, with note under it.
+func (c chart) plot(note string) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = c.title
 	p.X.Label.Text = c.x + "\n" + note
@@ -177,6 +220,7 @@ func (c chart) svg(note string) ([]byte, error) {
 	var (
 		xs   []float64
 		maxY float64
+		minY = math.Inf(1)
 	)
 	for i, s := range c.lines {
 		if len(s.points) == 0 {
@@ -186,7 +230,11 @@ func (c chart) svg(note string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		col := palette[i%len(palette)]
+		colors := palette
+		if c.colors != nil {
+			colors = c.colors
+		}
+		col := colors[i%len(colors)]
 		l.Color, pts.Color = col, col
 		l.Width = vg.Points(1.5)
 		pts.Shape = draw.CircleGlyph{}
@@ -199,6 +247,7 @@ func (c chart) svg(note string) ([]byte, error) {
 		for _, xy := range s.points {
 			xs = append(xs, xy.X)
 			maxY = max(maxY, xy.Y)
+			minY = min(minY, xy.Y)
 		}
 	}
 	// Headroom above the highest point for the legend, drawn at the top
@@ -207,20 +256,23 @@ func (c chart) svg(note string) ([]byte, error) {
 	if c.logX {
 		p.X.Scale = plot.LogScale{}
 	}
+	if c.logY {
+		// A decade per few lines of legend above the highest point.
+		p.Y.Min, p.Y.Max = minY/2, maxY*math.Pow(10, 0.3*float64(len(c.lines)))
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
 	// Ticks at the measured x values: the levels, the partition counts.
 	slices.Sort(xs)
 	xs = slices.Compact(xs)
 	ticks := make([]plot.Tick, len(xs))
 	for i, x := range xs {
-		ticks[i] = plot.Tick{Value: x, Label: strconv.FormatFloat(x, 'g', 4, 64)}
+		label := strconv.FormatFloat(x, 'g', 4, 64)
+		if c.xLabel != nil {
+			label = c.xLabel(x)
+		}
+		ticks[i] = plot.Tick{Value: x, Label: label}
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
-
-	canvas := vgsvg.NewWith(vgsvg.UseWH(6*vg.Inch, 3.6*vg.Inch), vgsvg.EmbedFonts(false))
-	p.Draw(draw.New(canvas))
-	var b bytes.Buffer
-	if _, err := canvas.WriteTo(&b); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
+	return p, nil
 }

@@ -77,6 +77,16 @@ func targets(r *Results) []Target {
 			fmt.Sprintf("%.1f%% (%.0f vs %.0f/s; CPU per charge %.1f%%)", 100*o.Overhead.Overhead, o.On.PerSec, o.Off.PerSec, 100*o.CPUCost),
 			"≤ 3%", o.Overhead.Overhead <= 0.03)
 	}
+	if p := r.Passes; p != nil && len(p.Sizes) > 1 {
+		for _, name := range passNames {
+			ratio, first, last := p.Ratio(name)
+			if first == 0 {
+				continue
+			}
+			add(fmt.Sprintf("%s p50 at %d backlog rows ÷ at %d", name, p.Sizes[len(p.Sizes)-1], p.Sizes[0]),
+				fmt.Sprintf("%.2f× (%.3f ÷ %.3f ms)", ratio, last, first), "≤ 1.5×", ratio <= 1.5)
+		}
+	}
 	if n := len(r.Growth); n > 1 && r.Growth[0].ClaimP50 > 0 {
 		ratio := r.Growth[n-1].ClaimP50 / r.Growth[0].ClaimP50
 		add(fmt.Sprintf("claim p50 at %d keys ÷ at %d", r.Growth[n-1].Keys, r.Growth[0].Keys), fmt.Sprintf("%.2f×", ratio), "≤ 1.2×", ratio <= 1.2)
@@ -175,6 +185,7 @@ func (r *Results) Table() string {
 	for _, g := range r.Growth {
 		p("| %d | %.3f / %.3f | %.2f |\n", g.Keys, g.ClaimP50, g.ClaimP99, g.ReplayP50)
 	}
+	p("%s", r.Passes.table())
 	ret := r.Retention
 	p("\n| retention of %d keys | wall | WAL bytes | dead tuples |\n|---|---:|---:|---:|\n", ret.Rows)
 	p("| DETACH CONCURRENTLY + DROP partition | %.0f ms (%.0f + %.0f) | %d | %d |\n", ret.DetachMs+ret.DropMs, ret.DetachMs, ret.DropMs, ret.DropWALBytes, ret.DropDeadTuples)

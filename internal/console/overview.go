@@ -38,7 +38,10 @@ const rateScan = 2 * rateWindow
 // and nothing older than $2 µs: there is no index on created_at alone
 // (every index of idempotency_keys leads with tenant_id), and the
 // console must not make the database read today's every key each time a
-// page refreshes.
+// page refreshes. It is sent with its values (simple protocol): a generic
+// plan cannot tell how few keys "created_at > now − $2" holds, took it for
+// a third of them, and hashed the tenants against a sequential scan of the
+// day's every key (pitfall 90 "A backlog every pass reads again").
 const ratesSQL = `
 WITH k AS MATERIALIZED (
     SELECT r.created_at, r.finished_at, r.response_status
@@ -113,7 +116,8 @@ func (s *Server) overview(r *http.Request) (view, error) {
 
 func (s *Server) rates(ctx context.Context) ([]rate, error) {
 	bucket := rateWindow / rateBuckets
-	rows, err := s.cfg.Pool.Query(ctx, ratesSQL, bucket.Microseconds(), rateScan.Microseconds(), rateWindow.Microseconds())
+	rows, err := s.cfg.Pool.Query(ctx, ratesSQL, pgx.QueryExecModeSimpleProtocol,
+		bucket.Microseconds(), rateScan.Microseconds(), rateWindow.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("rates: %w", err)
 	}

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -20,8 +21,9 @@ type partitionDay struct {
 	// every insert and delete without reading the table, and an estimate
 	// for that (a moment behind the last commits).
 	Rows map[string]int64
-	// Unfinished counts the day's keys not done: while there are any, the
-	// day's partition of idempotency_keys is kept past its date.
+	// Unfinished counts the day's keys not done, up to unfinishedLimit:
+	// while there are any, the day's partition of idempotency_keys is kept
+	// past its date.
 	Unfinished int64
 	// KeysDropAfter is when the reaper may drop the day's keys (RETENTION
 	// after the day's end), EventsDropAfter its events, deliveries and
@@ -56,11 +58,40 @@ SELECT p.relname, c.relname, coalesce(s.n_live_tup, 0)
  WHERE p.relname = ANY($1) AND pg_table_is_visible(p.oid)
  ORDER BY p.relname, c.relname`
 
-// unfinishedByPartitionSQL counts the keys not done in each partition,
-// through the partial index idempotency_keys_unfinished: a handful of
-// rows, whatever the size of the days.
-const unfinishedByPartitionSQL = `
-SELECT tableoid::regclass::text, count(*) FROM idempotency_keys WHERE state <> 'done' GROUP BY 1`
+// unfinishedLimit is where the count of a day's unfinished keys stops:
+// the count reads what it counts, and a page refreshes every few seconds.
+const unfinishedLimit = 1000
+
+// unfinishedInSQL counts the keys not done in one day's partition of
+// idempotency_keys (%[1]s, its name), up to unfinishedLimit (%[2]d). The
+// partition is named, not found by a range of created_at: against a range
+// of parameters the planner guesses a handful of rows and reads them with
+// a bitmap scan, which reads every entry before a LIMIT can stop it. The
+// overview counted every unfinished key of every day at each refresh:
+// during a PSP outage, millions (pitfall 90 "A backlog every pass reads
+// again").
+const unfinishedInSQL = `SELECT '%[1]s', (SELECT count(*) FROM (SELECT FROM %[1]s WHERE state <> 'done' LIMIT %[2]d) u)`
+
+// dayPartitionName is the name of one of phasepay's day partitions of
+// idempotency_keys, which unfinishedInSQL may name as is.
+var dayPartitionName = regexp.MustCompile(`^idempotency_keys_p[0-9]{8}$`)
+
+// unfinishedByPartition counts the unfinished keys of each named day
+// partition of idempotency_keys, in one statement of unfinishedInSQL's,
+// sent with the simple protocol: its text changes with the days, and is
+// planned for them.
+func (s *Server) unfinishedByPartition(ctx context.Context, names []string) (pgx.Rows, error) {
+	var parts []string
+	for _, n := range names {
+		if dayPartitionName.MatchString(n) {
+			parts = append(parts, fmt.Sprintf(unfinishedInSQL, n, unfinishedLimit))
+		}
+	}
+	if len(parts) == 0 {
+		parts = append(parts, `SELECT '', 0::bigint WHERE false`)
+	}
+	return s.cfg.Pool.Query(ctx, strings.Join(parts, "\nUNION ALL\n"), pgx.QueryExecModeSimpleProtocol)
+}
 
 func (s *Server) partitions(ctx context.Context) ([]partitionDay, error) {
 	tables := s.dayPartitionedTables()
@@ -76,8 +107,12 @@ func (s *Server) partitions(ctx context.Context) ([]partitionDay, error) {
 	var (
 		table, name string
 		n           int64
+		keyDays     []string
 	)
 	_, err = pgx.ForEachRow(rows, []any{&table, &name, &n}, func() error {
+		if table == "idempotency_keys" {
+			keyDays = append(keyDays, name)
+		}
 		day, err := time.Parse("20060102", name[strings.LastIndex(name, "_p")+2:])
 		if err != nil {
 			return nil // not one of phasepay's day partitions (an operator's DEFAULT one)
@@ -95,7 +130,7 @@ func (s *Server) partitions(ctx context.Context) ([]partitionDay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("partitions: %w", err)
 	}
-	rows, err = s.cfg.Pool.Query(ctx, unfinishedByPartitionSQL)
+	rows, err = s.unfinishedByPartition(ctx, keyDays)
 	if err != nil {
 		return nil, fmt.Errorf("unfinished keys by partition: %w", err)
 	}

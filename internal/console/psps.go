@@ -28,9 +28,13 @@ const pspWindow = time.Minute
 
 // pspCallsSQL reads the PSP calls recorded in the last $2 µs: in the
 // timelines of each tenant's keys claimed in the last $1 µs (through
-// idempotency_keys_tenant_created, as ratesSQL) and of the keys not done
-// that were claimed before (through idempotency_keys_unfinished: the
-// requests the reapers retry on their schedule).
+// idempotency_keys_tenant_created, as ratesSQL), and of up to 1000 keys
+// claimed before and still started that the reapers retry on their
+// schedule: those in flight or due within the window, soonest first,
+// through idempotency_keys_due. It read every unfinished key claimed
+// before: during a PSP outage, millions at each refresh (pitfall 90 "A
+// backlog every pass reads again"); with more, the calls shown of them are
+// a sample. Sent with its values, as ratesSQL is, for the same reason.
 const pspCallsSQL = `
 WITH recent AS (
     SELECT r.timeline
@@ -39,8 +43,13 @@ WITH recent AS (
            SELECT timeline FROM idempotency_keys
             WHERE tenant_id = t.id AND created_at > phasepay_now() - $1 * interval '1 microsecond') r
     UNION ALL
-    SELECT timeline FROM idempotency_keys
-     WHERE state <> 'done' AND created_at <= phasepay_now() - $1 * interval '1 microsecond'
+    (SELECT timeline FROM idempotency_keys
+      WHERE state = 'started'
+        AND greatest(coalesce(locked_until, '-infinity'::timestamptz), coalesce(next_attempt_at, '-infinity'::timestamptz))
+            > phasepay_now() - $2 * interval '1 microsecond'
+        AND created_at <= phasepay_now() - $1 * interval '1 microsecond'
+      ORDER BY greatest(coalesce(locked_until, '-infinity'::timestamptz), coalesce(next_attempt_at, '-infinity'::timestamptz))
+      LIMIT 1000)
 )
 SELECT coalesce(e->>'psp', ''), (e->>'at')::timestamptz AS at, coalesce(e->>'outcome', '')
   FROM recent, jsonb_array_elements(coalesce(recent.timeline, '[]'::jsonb)) e
@@ -68,7 +77,7 @@ var classes = func() map[string]psp.Class {
 }()
 
 func (s *Server) pspHealth(ctx context.Context) ([]pspHealth, error) {
-	rows, err := s.cfg.Pool.Query(ctx, pspCallsSQL, rateScan.Microseconds(), pspWindow.Microseconds())
+	rows, err := s.cfg.Pool.Query(ctx, pspCallsSQL, pgx.QueryExecModeSimpleProtocol, rateScan.Microseconds(), pspWindow.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("psp calls: %w", err)
 	}

@@ -23,21 +23,31 @@ type endpointRow struct {
 	ID, URL   string
 	Events    []string
 	CreatedAt time.Time
-	Pending   int64
-	Failed    int64
+	Pending   int64 // up to 1000
+	Failed    int64 // up to 1000
 }
 
 // endpointsSQL lists the live endpoints of every tenant, newest first,
-// with their pending and given-up deliveries; package webhooks lists one
-// tenant's (webhooks.List) and the console shows them all at once. The
-// pending count reads the partial index webhook_deliveries_due.
+// with their pending deliveries and those given up in the last day, each
+// counted up to 1000: a count reads what it counts, and an endpoint that
+// hangs can be owed millions (pitfall 90 "A backlog every pass reads
+// again"). The pending count walks webhook_deliveries_endpoint_due, the
+// given-up one webhook_deliveries_failed (migrations/00026), each in its
+// order, which only that index has: so the walk stops at its LIMIT, and
+// no other index of the tenant's deliveries is read through with the
+// endpoint as a filter (webhook_deliveries_tenant_pending was, for an
+// endpoint with nothing pending: the tenant's every delivery pending
+// elsewhere). Package webhooks lists one tenant's endpoints
+// (webhooks.List); the console shows them all at once.
 const endpointsSQL = `
 SELECT t.name, e.id, e.url, e.events, e.created_at,
-       (SELECT count(*) FROM webhook_deliveries d
-         WHERE d.state = 'pending' AND d.tenant_id = e.tenant_id AND d.endpoint_id = e.id),
-       (SELECT count(*) FROM webhook_deliveries d
+       (SELECT count(*) FROM (SELECT FROM webhook_deliveries d
+         WHERE d.state = 'pending' AND d.tenant_id = e.tenant_id AND d.endpoint_id = e.id
+         ORDER BY greatest(d.next_attempt_at, coalesce(d.locked_until, '-infinity'::timestamptz)) LIMIT 1000) p),
+       (SELECT count(*) FROM (SELECT FROM webhook_deliveries d
          WHERE d.state = 'failed' AND d.tenant_id = e.tenant_id AND d.endpoint_id = e.id
-           AND d.event_created_at > phasepay_now() - interval '1 day')
+           AND d.event_created_at > phasepay_now() - interval '1 day'
+         ORDER BY d.tenant_id, d.endpoint_id, d.event_created_at LIMIT 1000) f)
   FROM webhook_endpoints e JOIN tenants t ON t.id = e.tenant_id
  WHERE e.deleted_at IS NULL
  ORDER BY e.created_at DESC, e.id DESC

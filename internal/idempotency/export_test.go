@@ -7,12 +7,11 @@ import (
 )
 
 // DueKeysSQLForTest is the reaper's pick of due keys (a batch of 20), for
-// the plan test.
-var DueKeysSQLForTest = strings.Replace(dueKeysSQL, "$1", "20", 1)
+// the plan test, as sent.
+var DueKeysSQLForTest = strings.Replace(dueKeysSQL, "{{limit}}", "20", 1)
 
-// DueKeysSQLGenericForTest is the pick as sent, its batch size a
-// parameter, for the plan test's generic plan.
-var DueKeysSQLGenericForTest = dueKeysSQL
+// TakeOverExpiredForTest is the reaper's takeover of limit keys, as sent.
+var TakeOverExpiredForTest = takeOverExpiredFor
 
 // FinalizeDetachForTest is finalizeDetach, for its test.
 var FinalizeDetachForTest = finalizeDetach

@@ -359,10 +359,14 @@ func finalizeDetach(ctx context.Context, q DBTX, parent, ident string) error {
 // keepReason says why an expired partition must stay, or "" if it may go.
 // RETENTION counts from when a key finished, not from the day it was
 // created: a key that was stuck for days (a long PSP outage) and finished
-// an hour ago must still replay for its client. The started check uses the
-// partial index; the finished_at one reads the partition once, which
-// happens once per partition, or once per maintenance interval while it is
-// kept for a late key.
+// an hour ago must still replay for its client. Both checks read an index,
+// not the partition: the started check idempotency_keys_unfinished, the
+// finished_at one idempotency_keys_finished_late (migrations/00026). Only
+// a key finished after its own day ended can have finished less than
+// RETENTION ago, the day having ended before that; the index holds just
+// those. The check read the whole partition, at every maintenance run
+// while a late key kept it (pitfall 90 "A backlog every pass reads
+// again").
 func keepReason(ctx context.Context, q DBTX, ident string, retention time.Duration) (string, error) {
 	// Not done (started or needs_attention): the request may still be
 	// resumed, retried by an operator or resolved, and its key must stay
@@ -376,6 +380,7 @@ func keepReason(ctx context.Context, q DBTX, ident string, retention time.Durati
 	}
 	var until *time.Time
 	err := q.QueryRow(ctx, "SELECT max(finished_at) + $1 * interval '1 microsecond' FROM "+ident+
+		" WHERE "+finishedLate+
 		" HAVING max(finished_at) + $1 * interval '1 microsecond' > phasepay_now()", retention.Microseconds()).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
@@ -385,6 +390,11 @@ func keepReason(ctx context.Context, q DBTX, ident string, retention time.Durati
 	}
 	return "holds a key finished less than RETENTION ago; kept until " + until.UTC().Format(time.RFC3339), nil
 }
+
+// finishedLate is the predicate of idempotency_keys_finished_late, spelled
+// exactly alike so that the planner can prove a query's rows are all in
+// it: a key finished after the (UTC) day it was created on.
+const finishedLate = `(finished_at AT TIME ZONE 'UTC') >= date_trunc('day', created_at AT TIME ZONE 'UTC') + interval '1 day'`
 
 func detach(ctx context.Context, q Beginner, ident string) error {
 	var hasDefault bool

@@ -56,17 +56,17 @@ SELECT $1, 'waiting-' || i, $2, 'POST', '/v1/things', '{}', 'start'
 	require.NotContains(t, plan, "Seq Scan on "+part, "no sequential scan of the full partition:\n%s", plan)
 	t.Logf("plan of the reaper's pick:\n%s", plan)
 
-	// The same with the batch size a parameter, in the one generic plan
-	// that phasepay's connections reuse (dbpool.PlanCacheModeDefault).
+	// The same in the one generic plan that phasepay's connections reuse
+	// (dbpool.PlanCacheModeDefault).
 	generic := testdb.Pool(t, b.url, time.Time{}, func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	})
 	conn, err := generic.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	_, err = conn.Exec(ctx, `PREPARE due AS `+idempotency.DueKeysSQLGenericForTest)
+	_, err = conn.Exec(ctx, `PREPARE due AS `+idempotency.DueKeysSQLForTest)
 	require.NoError(t, err)
-	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE due(20)`)
+	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE due`)
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
@@ -141,8 +141,10 @@ func TestListsArePlannedForTheirValues(t *testing.T) {
 		require.NotEmpty(t, plans)
 		return views, plans[len(plans)-1]
 	}
-	// idempotency_keys_unfinished's copy on each partition.
-	unfinished := `Index Scan (Backward )?using idempotency_keys_p\d{8}_tenant_id_created_at_idx `
+	// idempotency_keys_unfinished's copy on each partition, or
+	// idempotency_keys_needs_attention's (migrations/00026), whose copies
+	// are named alike but for a digit.
+	unfinished := `Index Scan (Backward )?using idempotency_keys_p\d{8}_tenant_id_created_at_idx1? `
 
 	views, plan := planOf(func() ([]idempotency.View, error) {
 		return idempotency.List(ctx, generic, idempotency.Filter{State: idempotency.RequestNeedsAttention})

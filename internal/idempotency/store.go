@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -292,26 +294,39 @@ func (s *Store) TakeOver(ctx context.Context, q DBTX, rec Record) (*Lease, error
 // against the row's latest version, so a key a client's retry took over a
 // moment ago is skipped rather than taken twice. The takeover itself is the
 // same fenced bump of lock_version as TakeOver's.
+//
+// The batch size is a constant of the statement ({{limit}}, filled in by
+// takeOverExpiredFor), not a parameter: a generic plan takes a LIMIT $n to
+// return a tenth of the keys due, and for a backlog of due keys (a PSP
+// outage) it joined that many with a hash of every key of every day kept,
+// read whole, at every takeover (pitfall 92 "A LIMIT the plan cannot
+// see").
 const takeOverExpiredSQL = `
 WITH due AS (` + dueKeysSQL + `)
 UPDATE idempotency_keys k
    SET lock_version = k.lock_version + 1,
-       locked_until = phasepay_now() + $2 * interval '1 microsecond',
-       holder = $3,
-       timeline = phasepay_timeline_append(k.timeline, $4, k.lock_version + 1),
-       lease_token = $5::uuid
+       locked_until = phasepay_now() + $1 * interval '1 microsecond',
+       holder = $2,
+       timeline = phasepay_timeline_append(k.timeline, $3, k.lock_version + 1),
+       lease_token = $4::uuid
   FROM due
  WHERE k.tenant_id = due.tenant_id AND k.key = due.key AND k.created_at = due.created_at
 RETURNING false, ` + qualifiedRecordColumns
 
-// dueKeysSQL picks up to $1 due keys, oldest due first.
+// takeOverExpiredFor is takeOverExpiredSQL taking up to limit keys: one
+// statement (and one prepared plan) per batch size the reaper uses.
+func takeOverExpiredFor(limit int) string {
+	return strings.Replace(takeOverExpiredSQL, "{{limit}}", strconv.Itoa(limit), 1)
+}
+
+// dueKeysSQL picks up to {{limit}} due keys, oldest due first.
 const dueKeysSQL = `
     SELECT tenant_id, key, created_at
       FROM idempotency_keys
      WHERE state = 'started'
        AND ` + dueAtExpr + ` <= phasepay_now()
      ORDER BY ` + dueAtExpr + `
-     LIMIT $1
+     LIMIT {{limit}}
        FOR UPDATE SKIP LOCKED`
 
 // dueAtExpr is when a started key may next be taken over: once its lease
@@ -339,7 +354,7 @@ func (s *Store) TakeOverExpired(ctx context.Context, q DBTX, limit int) ([]*Leas
 	lost := func(err error) error {
 		return s.lostTakeover(fmt.Errorf("take over expired: %w", err), token, sent, nil)
 	}
-	rows, err := q.Query(ctx, takeOverExpiredSQL, limit, s.cfg.Lease.Microseconds(), s.holderColumn(), s.takenOverEntries(), token)
+	rows, err := q.Query(ctx, takeOverExpiredFor(limit), s.cfg.Lease.Microseconds(), s.holderColumn(), s.takenOverEntries(), token)
 	if err != nil {
 		return nil, lost(err)
 	}
@@ -357,20 +372,4 @@ func (s *Store) TakeOverExpired(ctx context.Context, q DBTX, limit int) ([]*Leas
 		return nil, lost(err)
 	}
 	return leases, nil
-}
-
-// stuckSQL counts the started keys nobody holds: each should be picked up
-// by the reaper within an interval; a number that stays up is the alarm.
-const stuckSQL = `
-SELECT count(*), coalesce(max(attempts), 0)
-  FROM idempotency_keys
- WHERE state = 'started' AND (locked_until IS NULL OR locked_until <= phasepay_now())`
-
-// Stuck returns how many started keys have no valid lease, and the most
-// attempts any of them has used.
-func (s *Store) Stuck(ctx context.Context, q DBTX) (count int64, maxAttempts int, err error) {
-	if err := q.QueryRow(ctx, stuckSQL).Scan(&count, &maxAttempts); err != nil {
-		return 0, 0, fmt.Errorf("count stuck keys: %w", err)
-	}
-	return count, maxAttempts, nil
 }

@@ -18,95 +18,105 @@ import (
 // (several deliverers at once, one that dies loses nothing), as before.
 
 // dueAtExpr is when a pending delivery may be taken: its next attempt due
-// and no live lease. Spelled as the index webhook_deliveries_tenant_due.
+// and no live lease. Spelled as the index webhook_deliveries_endpoint_due.
 const dueAtExpr = `greatest(next_attempt_at, coalesce(locked_until, '-infinity'::timestamptz))`
 
-// candidatesSQL lists up to $1 due deliveries of every tenant that has
-// pending ones, each tenant's oldest due first.
+// candidatesSQL lists the due deliveries a claim may take, tenant by
+// tenant, endpoint by endpoint (walk.go, from $1), leaving out before
+// anything is read what this deliverer's caps exclude: tenants ($5),
+// endpoints ($2), hosts ($3) and tenants at a host ($4, spelled
+// "<tenant id>/<host>"). An endpoint left out (at its cap, or its host)
+// costs its probe of the walk; from each other one, its due deliveries are
+// read in due order from webhook_deliveries_endpoint_due, at most
+// {{per_endpoint}} (no endpoint may take more at once). A tenant yields its {{per_tenant}} longest due.
+// Nothing is read and then thrown away: a pass costs a probe per tenant
+// with pending deliveries and per endpoint walked, and the rows it
+// returns, never the deliveries piled up at endpoints or hosts held at
+// their caps (pitfall 90 "A backlog every pass reads again").
 //
-// busy walks webhook_deliveries_tenant_due from one tenant with pending
-// deliveries to the next (a skip scan: one index probe per tenant, however
-// many deliveries each has), and the lateral reads each tenant's due
-// deliveries in due order from the same index, stopping at $1. The tenants
-// ($5), endpoints ($2), hosts ($3) and tenants at a host ($4, spelled
-// "<tenant id>/<host>") this deliverer has at their cap are left out, so
-// that a tenant whose endpoints all hang, with thousands of deliveries
-// due, costs one probe, and its backlog is never read while it has its
-// share. A tenant whose every live endpoint is left out (at its cap, or
-// its host) is not read either: its due deliveries could only be passed
-// over, one by one (a tenant whose endpoints all hang on one host holds
-// its share of that host long before its share of the slots). One with no
-// live endpoint left is read, for the deliveries its deleted endpoints
-// are still owed. A claim's cost grows with the tenants that have pending
-// deliveries, not with the deliveries.
+// The limits are constants of the statement, filled in for each Deliverer
+// (withLimits).
 const candidatesSQL = `
-WITH RECURSIVE busy (tenant_id) AS (
-    (SELECT tenant_id FROM webhook_deliveries WHERE state = 'pending' ORDER BY tenant_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT d.tenant_id FROM webhook_deliveries d
-             WHERE d.state = 'pending' AND d.tenant_id > busy.tenant_id
-             ORDER BY d.tenant_id LIMIT 1)
-      FROM busy
-     WHERE busy.tenant_id IS NOT NULL
-)
-SELECT c.tenant_id, c.event_id, c.event_created_at, c.endpoint_id, c.host, c.due
+WITH RECURSIVE busy (tenant_id) AS (` + busySQL + `)
+SELECT busy.tenant_id, c.event_id, c.event_created_at, c.endpoint_id, c.host, c.due
   FROM busy
  CROSS JOIN LATERAL (
-    SELECT d.tenant_id, d.event_id, d.event_created_at, d.endpoint_id, w.host, ` + dueAtExpr + ` AS due
-      FROM webhook_deliveries d
-      JOIN webhook_endpoints w ON w.tenant_id = d.tenant_id AND w.id = d.endpoint_id
-     WHERE d.tenant_id = busy.tenant_id
-       AND d.state = 'pending'
-       AND ` + dueAtExpr + ` <= phasepay_now()
-       AND d.endpoint_id <> ALL ($2::text[])
+    WITH RECURSIVE walk (endpoint_id, n, wrapped) AS (` + walkSQL + `)
+    SELECT walk.endpoint_id, w.host, due.event_id, due.event_created_at, due.due
+      FROM walk
+      JOIN webhook_endpoints w ON w.tenant_id = busy.tenant_id AND w.id = walk.endpoint_id
+     CROSS JOIN LATERAL (
+        SELECT d.event_id, d.event_created_at, ` + dueAtExpr + ` AS due
+          FROM webhook_deliveries d
+         WHERE d.state = 'pending' AND d.tenant_id = busy.tenant_id AND d.endpoint_id = walk.endpoint_id
+           AND ` + dueAtExpr + ` <= phasepay_now()
+         ORDER BY ` + dueAtExpr + `
+         LIMIT {{per_endpoint}}
+     ) due
+     WHERE walk.endpoint_id <> ALL ($2::text[])
        AND w.host <> ALL ($3::text[])
-       AND d.tenant_id::text || '/' || w.host <> ALL ($4::text[])
-     ORDER BY ` + dueAtExpr + `
-     LIMIT $1
+       AND busy.tenant_id::text || '/' || w.host <> ALL ($4::text[])
+     ORDER BY due.due
+     LIMIT {{per_tenant}}
  ) c
  WHERE busy.tenant_id IS NOT NULL
-   AND busy.tenant_id <> ALL ($5::bigint[])
-   AND NOT (EXISTS (SELECT FROM webhook_endpoints w
-                     WHERE w.tenant_id = busy.tenant_id AND w.deleted_at IS NULL)
-            AND NOT EXISTS (SELECT FROM webhook_endpoints w
-                             WHERE w.tenant_id = busy.tenant_id AND w.deleted_at IS NULL
-                               AND w.id <> ALL ($2::text[])
-                               AND w.host <> ALL ($3::text[])
-                               AND w.tenant_id::text || '/' || w.host <> ALL ($4::text[])))`
+   AND busy.tenant_id <> ALL ($5::bigint[])`
 
 // tenantHostKey spells a tenant at a host as candidatesSQL compares it.
 func tenantHostKey(tenant int64, host string) string {
 	return strconv.FormatInt(tenant, 10) + "/" + host
 }
 
-// claimSQL leases the picked deliverires ($1…$4, one array per key
+// claimSQL leases the picked deliveries ($1…$4, one array per key
 // column), skipping rows another deliverer holds (SKIP LOCKED, and the due
-// time re-checked against the row's latest version: a row another
-// deliverer claimed since it was picked is no longer due). lock_version + 1
-// is the new holder's fencing token; the lease ($5 µs) covers one attempt
-// and its record.
+// time re-checked against the row's latest version, which FOR UPDATE
+// returns: a row another deliverer claimed since it was picked is no
+// longer due). lock_version + 1 is the new holder's fencing token; the
+// lease ($5 µs) covers one attempt and its record.
+//
+// Every row is reached by its whole primary key, whatever the planner
+// estimates. The picked row's state and due time are checked only once it
+// is locked (OFFSET 0 keeps the planner from moving them into the lookup):
+// as conditions of the lookup, they let it reach the row through the
+// partial index of pending deliveries instead, reading an endpoint's every
+// due delivery to find one. The event and the endpoint are read by a
+// subquery per leased row: as joins, they were read through the tenant's
+// every event (pitfall 90 "A backlog every pass reads again"; both plans
+// were chosen on tables without statistics).
 const claimSQL = `
 WITH picked AS (
-    SELECT d.tenant_id, d.event_id, d.endpoint_id, d.event_created_at
-      FROM webhook_deliveries d
-      JOIN unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[])
+    SELECT l.tenant_id, l.event_id, l.endpoint_id, l.event_created_at
+      FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[])
            AS p (tenant_id, event_id, endpoint_id, event_created_at)
-        ON d.tenant_id = p.tenant_id AND d.event_id = p.event_id AND d.endpoint_id = p.endpoint_id
-       AND d.event_created_at = p.event_created_at
-     WHERE d.state = 'pending'
-       AND ` + dueAtExpr + ` <= phasepay_now()
-       FOR UPDATE OF d SKIP LOCKED
+     CROSS JOIN LATERAL (
+        SELECT d.tenant_id, d.event_id, d.endpoint_id, d.event_created_at, d.state, d.next_attempt_at, d.locked_until
+          FROM webhook_deliveries d
+         WHERE d.tenant_id = p.tenant_id AND d.event_id = p.event_id AND d.endpoint_id = p.endpoint_id
+           AND d.event_created_at = p.event_created_at
+           FOR UPDATE SKIP LOCKED
+        OFFSET 0
+     ) l
+     WHERE l.state = 'pending'
+       AND greatest(l.next_attempt_at, coalesce(l.locked_until, '-infinity'::timestamptz)) <= phasepay_now()
+), leased AS (
+    UPDATE webhook_deliveries d
+       SET lock_version = d.lock_version + 1,
+           locked_until = phasepay_now() + $5 * interval '1 microsecond'
+      FROM picked
+     WHERE d.tenant_id = picked.tenant_id AND d.event_id = picked.event_id AND d.endpoint_id = picked.endpoint_id
+       AND d.event_created_at = picked.event_created_at
+    RETURNING d.tenant_id, d.event_id, d.event_created_at, d.endpoint_id, d.lock_version, d.attempts
 )
-UPDATE webhook_deliveries d
-   SET lock_version = d.lock_version + 1,
-       locked_until = phasepay_now() + $5 * interval '1 microsecond'
-  FROM picked, events e, webhook_endpoints w
- WHERE d.tenant_id = picked.tenant_id AND d.event_id = picked.event_id AND d.endpoint_id = picked.endpoint_id
-   AND d.event_created_at = picked.event_created_at
-   AND e.tenant_id = d.tenant_id AND e.id = d.event_id AND e.created_at = d.event_created_at
-   AND w.tenant_id = d.tenant_id AND w.id = d.endpoint_id
-RETURNING d.tenant_id, d.event_id, d.event_created_at, d.endpoint_id, d.lock_version, d.attempts,
-          e.body, w.url, w.host, w.secret`
+SELECT l.tenant_id, l.event_id, l.event_created_at, l.endpoint_id, l.lock_version, l.attempts,
+       (SELECT e.body FROM events e
+         WHERE e.tenant_id = l.tenant_id AND e.id = l.event_id AND e.created_at = l.event_created_at),
+       w.url, w.host, w.secret
+  FROM leased l
+ CROSS JOIN LATERAL (
+    SELECT w.url, w.host, w.secret FROM webhook_endpoints w
+     WHERE w.tenant_id = l.tenant_id AND w.id = l.endpoint_id
+    OFFSET 0
+ ) w`
 
 type delivery struct {
 	TenantID       int64
@@ -138,11 +148,8 @@ func (d *Deliverer) RunOnce(ctx context.Context, wg *sync.WaitGroup, wake chan<-
 		if free <= 0 {
 			return started, nil
 		}
-		rows, err := d.pool.Query(ctx, candidatesSQL, free, ex.endpoints, ex.hosts, ex.tenantHosts, ex.tenants)
-		if err != nil {
-			return started, fmt.Errorf("claim deliveries: %w", err)
-		}
-		cands, err := pgx.CollectRows(rows, pgx.RowToStructByPos[candidate])
+		cands, err := collectWithoutJIT(ctx, d.pool, pgx.RowToStructByPos[candidate], d.candidatesSQL,
+			walkStart(), ex.endpoints, ex.hosts, ex.tenantHosts, ex.tenants)
 		if err != nil {
 			return started, fmt.Errorf("claim deliveries: %w", err)
 		}
@@ -183,8 +190,8 @@ func (d *Deliverer) RunOnce(ctx context.Context, wg *sync.WaitGroup, wake chan<-
 		// left due work behind: candidates passed over (a cap filled
 		// within the round; the next round's exclusions leave that out
 		// and reach what was behind it), or a tenant with as many
-		// candidates as were asked for (it may have more).
-		if len(claimed) == 0 || (len(picked) == len(cands) && !anyTenantHas(cands, free)) {
+		// candidates as a claim lists (it may have more).
+		if len(claimed) == 0 || (len(picked) == len(cands) && !anyTenantHas(cands, d.caps.parallelism)) {
 			return started, nil
 		}
 	}

@@ -123,8 +123,10 @@ type Deliverer struct {
 	// commands' lines do (pitfall 121 "A log line that names a tenant by
 	// a number").
 	names *tenants.NameCache
-	mu    sync.Mutex
-	load  *load // attempts in flight (fair.go)
+	// candidatesSQL is the package's candidatesSQL with caps' limits.
+	candidatesSQL string
+	mu            sync.Mutex
+	load          *load // attempts in flight (fair.go)
 
 	maintenance *maintenance.Service[EventsMaintenance]
 	// TestAttemptDone, if set, is called after each attempt is recorded
@@ -170,6 +172,7 @@ func NewDeliverer(pool *pgxpool.Pool, cfg DelivererConfig) (*Deliverer, error) {
 	}
 	d := &Deliverer{cfg: cfg, pool: pool, client: client, log: cfg.Logger, m: m, load: newLoad(), names: tenants.NewNameCache(pool),
 		caps: caps{parallelism: cfg.Parallelism, perHost: cfg.PerHost, perEndpoint: cfg.PerEndpoint}}
+	d.candidatesSQL = withLimits(candidatesSQL, d.caps)
 	if d.maintenance, err = newMaintenance(d); err != nil {
 		return nil, err
 	}

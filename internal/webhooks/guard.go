@@ -25,9 +25,10 @@ var ErrNotPublic = errors.New("host does not resolve to a public address")
 // ParseURL checks an endpoint URL's shape, without resolving anything: at
 // most MaxURLLength characters (code points, not bytes), http or https, a
 // host, no user information, no fragment. It returns the URL's host name
-// or address in lower case, without the port (for Guard.CheckHost; the
-// column webhook_endpoints.host, which deliveries are counted by, is the
-// same, made by PostgreSQL from the URL: migrations/00018).
+// or address in lower case, without the port, for Guard.CheckHost. The
+// per-host cap counts deliveries by the host's canonical form instead
+// (webhook_endpoints.host, made by PostgreSQL from the URL:
+// phasepay_canonical_host, migrations/00027).
 func ParseURL(raw string) (host string, err error) {
 	if utf8.RuneCountInString(raw) > MaxURLLength {
 		return "", fmt.Errorf("%w: url: at most %d characters", ErrInvalid, MaxURLLength)

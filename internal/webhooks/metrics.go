@@ -4,26 +4,68 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/phasepay/phasepay/internal/events"
 )
 
-// backlogSQL measures what waits: pending deliveries, the age of the
-// oldest one's event, and how long the longest-waiting due delivery has
-// been due without a deliverer taking it. Served by the partial index
-// webhook_deliveries_due.
-const backlogSQL = `
-SELECT count(*),
-       coalesce(extract(epoch FROM phasepay_now() - min(event_created_at)), 0)::float8,
-       coalesce(extract(epoch FROM phasepay_now() - min(` + dueAtExpr + `)
-                                   FILTER (WHERE ` + dueAtExpr + ` <= phasepay_now())), 0)::float8
-  FROM webhook_deliveries WHERE state = 'pending'`
+// backlogSQLTemplate measures what waits, reading a bounded part of it
+// whatever the backlog (pitfall 90 "A backlog every pass reads again"):
+//
+//   - the pending deliveries, counted up to CountLimit;
+//   - the age of the oldest event with a pending delivery: each tenant's
+//     oldest, the first entry of the tenant in
+//     webhook_deliveries_tenant_pending;
+//   - how long the longest-waiting due delivery has been due: the first
+//     due of each endpoint the walk visits (walk.go: every endpoint with
+//     pending deliveries, but EndpointsPerPass of a tenant's at most).
+//
+// Each is a probe per tenant or endpoint with pending deliveries, or a
+// walk of an index that stops at its LIMIT (the count is ordered as its
+// index is, so that no bitmap scan reads every entry before the LIMIT can
+// stop it). {{busy}} lists the tenants measured: busySQL, or tenant $2.
+const backlogSQLTemplate = `
+WITH RECURSIVE busy (tenant_id) AS ({{busy}}),
+tenants AS (
+    SELECT busy.tenant_id,
+           (SELECT d.event_created_at FROM webhook_deliveries d
+             WHERE d.state = 'pending' AND d.tenant_id = busy.tenant_id
+             ORDER BY d.event_created_at LIMIT 1) AS oldest
+      FROM busy
+     WHERE busy.tenant_id IS NOT NULL
+),
+first_due AS (
+    SELECT (SELECT ` + dueAtExpr + ` FROM webhook_deliveries d
+             WHERE d.state = 'pending' AND d.tenant_id = busy.tenant_id AND d.endpoint_id = walk.endpoint_id
+             ORDER BY ` + dueAtExpr + ` LIMIT 1) AS due
+      FROM busy
+     CROSS JOIN LATERAL (
+        WITH RECURSIVE walk (endpoint_id, n, wrapped) AS (` + walkSQL + `)
+        SELECT endpoint_id FROM walk
+     ) walk
+     WHERE busy.tenant_id IS NOT NULL
+)
+SELECT (SELECT count(*) FROM (SELECT FROM webhook_deliveries d WHERE d.state = 'pending'{{tenant}}
+                                ORDER BY d.tenant_id, d.event_created_at LIMIT {{count_limit}}) c),
+       coalesce((SELECT extract(epoch FROM phasepay_now() - min(oldest)) FROM tenants), 0)::float8,
+       coalesce((SELECT extract(epoch FROM phasepay_now() - min(due)) FROM first_due WHERE due <= phasepay_now()), 0)::float8`
+
+// backlogSQL is backlogSQLTemplate over every tenant; tenantBacklogSQL
+// over tenant $2 alone ({{tenant}} restricts its count).
+var (
+	backlogSQL = withLimits(strings.NewReplacer("{{busy}}", busySQL, "{{tenant}}", "").
+			Replace(backlogSQLTemplate), caps{})
+	tenantBacklogSQL = withLimits(strings.NewReplacer("{{busy}}", "SELECT $2::bigint", "{{tenant}}", " AND d.tenant_id = $2").
+				Replace(backlogSQLTemplate), caps{})
+)
 
 // BacklogStats is what waits to be delivered.
 type BacklogStats struct {
-	// Pending counts the deliveries not yet succeeded nor given up.
+	// Pending counts the deliveries not yet succeeded nor given up, up to
+	// CountLimit: a larger backlog reads CountLimit.
 	Pending int64
 	// OldestAge is the age, in seconds, of the oldest event with a pending
 	// delivery: up to 3 days while an endpoint is down, which is the
@@ -31,32 +73,50 @@ type BacklogStats struct {
 	OldestAge float64
 	// DueDelay is how long, in seconds, the longest-waiting due delivery
 	// has been due: deliverers that keep up hold it near zero (a first
-	// attempt starts within REAPER_INTERVAL of its commit). The alarm.
+	// attempt starts within REAPER_INTERVAL of its commit). The alarm. Of
+	// a tenant with more than EndpointsPerPass endpoints owed deliveries,
+	// a measure sees that many, in turn.
 	DueDelay float64
 }
 
+// Querier runs the backlog's statement: a *pgxpool.Pool, a *pgx.Conn or
+// a pgx.Tx.
+type Querier interface {
+	events.DBTX
+	batcher
+}
+
 // Backlog measures what waits to be delivered.
-func Backlog(ctx context.Context, q events.DBTX) (BacklogStats, error) {
-	var b BacklogStats
-	if err := q.QueryRow(ctx, backlogSQL).Scan(&b.Pending, &b.OldestAge, &b.DueDelay); err != nil {
+func Backlog(ctx context.Context, q Querier) (BacklogStats, error) {
+	b, err := backlog(ctx, q, backlogSQL, walkStart())
+	if err != nil {
 		return BacklogStats{}, fmt.Errorf("webhook backlog: %w", err)
 	}
 	return b, nil
 }
 
-// tenantBacklogSQL is backlogSQL for one tenant, read along
-// webhook_deliveries_tenant_due.
-const tenantBacklogSQL = backlogSQL + ` AND tenant_id = $1`
-
 // TenantBacklog measures what waits to be delivered to one tenant's
 // endpoints: while another tenant's endpoints all hang, its own backlog
 // stays near zero (the chaos harness checks it).
-func TenantBacklog(ctx context.Context, q events.DBTX, tenantID int64) (BacklogStats, error) {
-	var b BacklogStats
-	if err := q.QueryRow(ctx, tenantBacklogSQL, tenantID).Scan(&b.Pending, &b.OldestAge, &b.DueDelay); err != nil {
+func TenantBacklog(ctx context.Context, q Querier, tenantID int64) (BacklogStats, error) {
+	b, err := backlog(ctx, q, tenantBacklogSQL, walkStart(), tenantID)
+	if err != nil {
 		return BacklogStats{}, fmt.Errorf("webhook backlog of tenant %d: %w", tenantID, err)
 	}
 	return b, nil
+}
+
+// backlog runs one of the backlog statements, planned without JIT
+// (collectWithoutJIT: it walks every tenant's endpoints).
+func backlog(ctx context.Context, q Querier, sql string, args ...any) (BacklogStats, error) {
+	bs, err := collectWithoutJIT(ctx, q, pgx.RowToStructByPos[BacklogStats], sql, args...)
+	if err != nil {
+		return BacklogStats{}, err
+	}
+	if len(bs) != 1 {
+		return BacklogStats{}, fmt.Errorf("%d rows, not 1", len(bs))
+	}
+	return bs[0], nil
 }
 
 func (d *Deliverer) backlog(ctx context.Context) {

@@ -60,7 +60,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	out := fs.String("out", "bench/results", "directory for the JSON results")
 	plots := fs.String("plots", bench.PlotDir, "directory for the plots a complete run draws")
 	quick := fs.Bool("quick", false, "small sizes, for a smoke run")
-	steps := fs.String("steps", "", "comma-separated step name prefixes to run (default all)")
+	steps := fs.String("steps", "", "comma-separated step name prefixes to run (default all); growth runs the background passes' step alone, writing "+bench.PassesResults+" and its plot")
 	fs.IntVar(&cfg.Reps, "reps", 2, "runs of each compared load, alternated with the other's (A B A B for 2); medians are reported")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage+"\nFlags:\n")
@@ -93,6 +93,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		cfg.GrowthSizes = []int{0, 100_000}
 		cfg.RetentionRows = 100_000
 		cfg.RowsPerDay = 2_000
+		cfg.PassSizes = []int{1_000, 10_000}
 	}
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {
@@ -113,6 +114,16 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 			return 1
 		}
 		fmt.Fprintln(stderr, "bench: plots drawn:", strings.Join(paths, " "))
+	}
+	if res.Passes != nil && !*quick {
+		// The growth step runs alone too (-steps growth): its results and
+		// its plot are kept apart from a complete run's.
+		paths, err := bench.WritePasses(res, *out, *plots)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench: growth:", err)
+			return 1
+		}
+		fmt.Fprintln(stderr, "bench: growth step written:", strings.Join(paths, " "))
 	}
 	return 0
 }
