@@ -153,7 +153,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		{"round trips per new charge and replay", e.withStatistics(e.roundTrips)},
 		{"new charges, replays, 409s (alternating with bare baselines)", e.withStatistics(e.loads)},
 		{"captures and refunds", e.withStatistics(e.operations)},
-		{"new charges with the primary PSP down (breaker open)", e.withStatistics(e.primaryDown)},
+		{"new charges with the primary PSP refusing or down", e.withStatistics(e.primaryDown)},
 		{"pooler: new charges and replays through PgBouncer (alternating with direct)", e.withStatistics(e.pooler)},
 		{"instrumentation overhead (alternating on/off)", e.withStatistics(e.instrumentation)},
 		{"timeline cost (alternating on/off)", e.withStatistics(e.timelineCost)},

@@ -70,7 +70,7 @@ func authorizeOperation(a Authorizer, routes Routes, ids *objectIDs) *phases.Ope
 			{To: PointChargeCreated, Commit: createCharge(routes, ids)},
 			// tx 2, after the PSP's answer: the answer on the charge, and
 			// the response stored.
-			{To: PointPSPAuthorized, Call: authorizeCall(a, routes), Commit: recordAuthorization(routes, ids)},
+			{To: PointPSPAuthorized, Call: authorizeCall(a, routes, ids), Commit: recordAuthorization(routes, ids)},
 			{To: phases.Done, Commit: func(_ context.Context, _ *phases.Tx, run *phases.Run[*Charge]) (phases.Next, error) {
 				return phases.Respond(response(run.Object)), nil
 			}},
@@ -104,7 +104,7 @@ func createCharge(routes Routes, ids *objectIDs) func(context.Context, *phases.T
 // reference before every resend keeps it from authorizing twice. A run that
 // did not commit the current attempt itself first looks the charge up at
 // every PSP attempted before (failover.go).
-func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Run[*Charge]) (phases.CallOutcome, error) {
+func authorizeCall(a Authorizer, routes Routes, ids *objectIDs) func(context.Context, *phases.Run[*Charge]) (phases.CallOutcome, error) {
 	return func(ctx context.Context, run *phases.Run[*Charge]) (phases.CallOutcome, error) {
 		c := run.Object
 		cur := c.current()
@@ -112,6 +112,17 @@ func authorizeCall(a Authorizer, routes Routes) func(context.Context, *phases.Ru
 			if out, found, err := lookUpEarlier(ctx, routes, c); found || err != nil {
 				c.answer = out
 				return called(out, err)
+			}
+		}
+		if run.Fresh && !routes.Single() && pinned(ids, run, c.ID) {
+			// Nothing was sent under this attempt. A pinned charge cannot
+			// go elsewhere (pitfall 85 "A second PSP after a lost
+			// claim"), so while its PSP's breaker is open it is held back
+			// as busy, not sent to a PSP that fails.
+			if wait, held := routes.HoldBack(cur.PSP); held {
+				c.answer = psp.Outcome{Class: psp.ClassBusy, RetryAfter: wait, PSP: cur.PSP, Call: psp.CallAuthorize, Key: cur.Key,
+					Reason: "the PSP's circuit breaker is open: nothing sent"}
+				return called(c.answer, fmt.Errorf("authorize %s at %s: held back by an open breaker: %w", c.ID, cur.PSP, psp.ErrBusy))
 			}
 		}
 		out, err := a.AuthorizeOutcome(ctx, psp.AuthorizeRequest{

@@ -51,6 +51,9 @@ type Routes interface {
 	LookupAt(ctx context.Context, name, reference string) ([]psp.Authorization, error)
 	// CountFailover counts a charge moved from one PSP to another.
 	CountFailover(from, to string)
+	// HoldBack reports whether a pinned charge's first send to the PSP
+	// name is to be held back, its breaker open, and for how long.
+	HoldBack(name string) (time.Duration, bool)
 }
 
 // DefaultPSP names the PSP of a single-PSP configuration (PSP_URL).
@@ -63,6 +66,7 @@ func (singleRoute) Single() bool                               { return true }
 func (singleRoute) Choose(string, bool) string                 { return DefaultPSP }
 func (singleRoute) Next(string, []string, bool) (string, bool) { return "", false }
 func (singleRoute) CountFailover(string, string)               {}
+func (singleRoute) HoldBack(string) (time.Duration, bool)      { return 0, false }
 func (s singleRoute) LookupAt(ctx context.Context, _, ref string) ([]psp.Authorization, error) {
 	return s.a.Lookup(ctx, ref)
 }

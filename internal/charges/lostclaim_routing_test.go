@@ -3,10 +3,12 @@ package charges_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/harness/chargestest"
+	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/routing"
@@ -81,12 +83,23 @@ func TestLostClaimIsNotRetriedAtAnotherPSP(t *testing.T) {
 		// The retry reaches a process that saw the primary fail meanwhile.
 		other := w.process(t)
 		w.openBreaker(t, other, "primary")
-		retry, err := chargestest.NewService(t, w.Pool, w.Keys, other, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
+		_, err = chargestest.NewService(t, w.Pool, w.Keys, other, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
+		require.ErrorIs(t, err, charges.ErrPSPUnavailable, "held back by the open breaker, never sent elsewhere")
+		require.Equal(t, "primary", w.chargeOfKey(t, "k").PSP, "the retry derives the lost claim's charge, at the same PSP")
+		require.Equal(t, []string{"primary"}, w.authorizedAt(id), "at most one PSP holds an authorization for a charge")
+
+		// Once the breaker cooled down and the attempt is due, the retry
+		// reaches the primary under the lost claim's key.
+		w.clock.Add(int64(2 * time.Minute))
+		retry, err := chargestest.NewService(t, w.PoolAt(t, 2*time.Minute), w.Keys, other, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 		require.NoError(t, err)
-		require.Equal(t, phases.OutcomeNew, retry.Outcome, "the key is new to the promoted standby")
+		require.Equal(t, 201, retry.Response.Status, string(retry.Response.Body))
 		require.Equal(t, id, chargeID(t, retry.Response), "the retry derives the lost claim's charge id")
 		require.Equal(t, []string{"primary"}, w.authorizedAt(id), "at most one PSP holds an authorization for a charge")
-		require.Equal(t, "primary", w.chargeOfKey(t, "k").PSP)
+		for _, name := range []string{"secondary", "tertiary"} {
+			sends, lookups := w.requests(name, id)
+			require.Zero(t, sends+lookups, "nothing sent to %s", name)
+		}
 	})
 	t.Run("after a refusal", func(t *testing.T) {
 		t.Parallel()
@@ -97,7 +110,11 @@ func TestLostClaimIsNotRetriedAtAnotherPSP(t *testing.T) {
 		// the secondary was open.
 		one := w.process(t)
 		w.openBreaker(t, one, "secondary")
-		first, err := chargestest.NewService(t, w.Pool, w.Keys, one, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
+		_, err := chargestest.NewService(t, w.Pool, w.Keys, one, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
+		require.ErrorIs(t, err, charges.ErrPSPUnavailable, "moved to the secondary, held back there by its open breaker")
+		require.Empty(t, w.authorizedAt(w.chargeOfKey(t, "k").ID), "never moved past the secondary to the tertiary")
+		w.clock.Add(int64(2 * time.Minute))
+		first, err := chargestest.NewService(t, w.PoolAt(t, 2*time.Minute), w.Keys, one, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, first.Response.Status, string(first.Response.Body))
 		id := chargeID(t, first.Response)

@@ -463,7 +463,10 @@ func TestBreakerSendsNewChargesElsewhere(t *testing.T) {
 	require.Equal(t, routing.Open, w.router.BreakerState("primary"))
 	_, err := derived.Create(ctx, w.Tenant, "pinned", phases.Parsed(req))
 	require.ErrorIs(t, err, charges.ErrPSPUnavailable, "a derived id starts at its route's first PSP, open breaker or not")
-	require.Equal(t, "primary", w.chargeOfKey(t, "pinned").PSP)
+	pinned := w.chargeOfKey(t, "pinned")
+	require.Equal(t, "primary", pinned.PSP)
+	sends, _ := w.requests("primary", pinned.ID)
+	require.Zero(t, sends, "held back by the open breaker: nothing sent to a PSP known to fail")
 
 	svc := w.service(t, 0, phases.Config{})
 	charges.RandomIDs(svc)

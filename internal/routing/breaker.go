@@ -112,6 +112,23 @@ func (b *Breaker) Record(class psp.Class) {
 	}
 }
 
+// HoldBack reports whether a charge that must go to this PSP (pinned) is
+// to be held back without a call, and for how long: while the breaker is
+// open and cooling down, or a probe went out less than a cool-down ago.
+// Otherwise it lets the charge through, as the probe when the breaker is
+// not closed (Allow). Holding a charge is safe since nothing was sent, and
+// it spares a failing PSP the load of every new charge.
+func (b *Breaker) HoldBack() (time.Duration, bool) {
+	b.mu.Lock()
+	left := b.cooldown - b.now().Sub(b.since)
+	closed := b.state == Closed
+	b.mu.Unlock()
+	if closed || b.Allow() {
+		return 0, false
+	}
+	return max(left, time.Millisecond), true
+}
+
 // State returns the breaker's state, without taking a probe's place: an
 // open breaker whose cool-down is over still reads Open until a new charge
 // asks (Allow).

@@ -233,6 +233,16 @@ func (r *Router) client(name string) (string, Client, error) {
 	return name, c, nil
 }
 
+// HoldBack reports whether a pinned charge's first send to the PSP name is
+// to be held back, and for how long (Breaker.HoldBack).
+func (r *Router) HoldBack(name string) (time.Duration, bool) {
+	b, ok := r.breakers[name]
+	if !ok {
+		return 0, false
+	}
+	return b.HoldBack()
+}
+
 // AuthorizeOutcome sends req to the PSP req.PSP names (psp.Client's rule
 // for one attempt: lookup before any resend), records the outcome on its
 // breaker and metrics, and names it in Outcome.PSP.
