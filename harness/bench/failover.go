@@ -180,6 +180,6 @@ func (r *Results) primaryDownRow() string {
 	}
 	return fmt.Sprintf("Two PSPs (PSPS, PSP_ROUTING), %d clients: %.0f new charges/s healthy, %.0f/s with the primary refusing "+
 		"every charge, each moved to the secondary (%.2f×; goal ≥ 0.50). With the primary down, new charges wait there "+
-		"(pitfall 85 \"A second PSP after a lost claim\"): %.0f answers 503/s, p99 %.1f ms once its breaker is open, %d authorizations reached it.\n\n",
+		"(a derived id starts where a lost claim of it went): %.0f answers 503/s, p99 %.1f ms once its breaker is open, %d authorizations reached it.\n\n",
 		p.Clients, p.Healthy.PerSec, p.Refusing.PerSec, p.Ratio, p.Down.PerSec, p.Down.Latency.P99, p.DownSends)
 }
