@@ -16,3 +16,7 @@ var FinalizeDetachForTest = finalizeDetach
 // ClaimFuncSQLForTest is QueueClaim's claim (idempotency_keys_claim), for
 // the tests of what it finds.
 var ClaimFuncSQLForTest = claimFuncSQL
+
+// PeekDayStatementForTest is the day read PeekDay sends for day, for the
+// plan tests.
+var PeekDayStatementForTest = peekDayStatement
