@@ -52,6 +52,10 @@ type CallgrindConfig struct {
 	// Replays counts replays too (POST again of a warm-up key), and
 	// NoCharges only them.
 	Replays, NoCharges bool
+	// Keep, if set, is a directory that receives the counted backends'
+	// files of every long run (<variant>-<round>-<kind>-cg.<pid>), for
+	// callgrind_annotate.
+	Keep string
 }
 
 func (c *CallgrindConfig) defaults() {
@@ -187,7 +191,7 @@ func RunCallgrind(ctx context.Context, cfg Config, cc CallgrindConfig) ([]Count,
 	}
 	var counts []Count
 	for r := range rounds {
-		for _, v := range variants {
+		for vi, v := range variants {
 			c := Count{Variant: v.label, Round: r + 1}
 			var kinds []string
 			if !cc.NoCharges {
@@ -200,7 +204,7 @@ func RunCallgrind(ctx context.Context, cfg Config, cc CallgrindConfig) ([]Count,
 				var total [2]float64
 				var fns [2]map[string]float64
 				for i, n := range []int{cc.Short, cc.Long} {
-					tag := fmt.Sprintf("r%d-%s-%d", r, kind, n)
+					tag := fmt.Sprintf("v%d-r%d-%s-%d", vi, r+1, kind, n)
 					s.log("round %d, %s: %d %ss", r+1, v.label, n, kind)
 					if total[i], fns[i], err = s.countRun(ctx, out, v, kind, n, cc, tag); err != nil {
 						return nil, fmt.Errorf("%s, round %d, %d %ss: %w", v.label, r+1, n, kind, err)
@@ -286,6 +290,15 @@ func (s *stack) countRun(ctx context.Context, out string, v *variant, kind strin
 		}
 		if !backend {
 			continue
+		}
+		if cc.Keep != "" && n == cc.Long {
+			b, err := os.ReadFile(f)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(cc.Keep, tag+"-"+filepath.Base(f)), b, 0o644)
+			}
+			if err != nil {
+				return 0, nil, err
+			}
 		}
 		total += ir
 		if os.Getenv("CALLGRIND_DEBUG") != "" {

@@ -42,6 +42,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cc.BinB, "bin-b", "", "-callgrind: directory with variant B's api (code A/B: A is -bin's, both on the latest schema)")
 	fs.BoolVar(&cc.Replays, "replays", false, "-callgrind: count replays too")
 	fs.BoolVar(&cc.NoCharges, "only-replays", false, "-callgrind: count replays only")
+	fs.StringVar(&cc.Keep, "keep", "", "-callgrind: directory for the counted backends' files of the long runs")
 	fs.IntVar(&cc.Functions, "functions", 30, "-callgrind: functions listed by inclusive instructions per request (negative: none)")
 	if err := fs.Parse(args); err != nil {
 		return 2
