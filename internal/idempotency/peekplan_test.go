@@ -172,3 +172,16 @@ func TestDayReadTakesThePrimaryKeyWithoutStatistics(t *testing.T) {
 	require.Contains(t, plan, "Index Scan using "+partitionName(d)+"_pkey", "the generic plan:\n%s", plan)
 	require.Contains(t, plan, "Index Cond: ((tenant_id = $1) AND (key >= $2) AND (key <= $2)", "the generic plan:\n%s", plan)
 }
+
+// The day read names its own day's bounds, whichever days share its slot
+// among the statements kept.
+func TestPeekDayStatementNamesItsDay(t *testing.T) {
+	t.Parallel()
+	d := time.Date(2026, 12, 7, 15, 4, 5, 0, time.FixedZone("UTC-10", -10*3600)) // 2026-12-08 01:04 UTC
+	for _, day := range []time.Time{d, d.AddDate(0, 0, 8), d, d.AddDate(0, 0, 1)} {
+		sql := idempotency.PeekDayStatementForTest(day)
+		from := day.UTC().Format("2006-01-02")
+		to := day.UTC().AddDate(0, 0, 1).Format("2006-01-02")
+		require.Contains(t, sql, "created_at >= '"+from+"T00:00:00Z' AND created_at < '"+to+"T00:00:00Z'")
+	}
+}
