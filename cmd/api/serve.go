@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime"
 	_ "net/http/pprof" // served on PPROF_ADDR only
+	"runtime"
 	"strings"
 	"sync"
 	"time"
