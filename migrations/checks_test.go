@@ -81,7 +81,7 @@ func TestChecksRefuseWhatTheyRefused(t *testing.T) {
 			continue
 		}
 		var pg *pgconn.PgError
-		require.True(t, errors.As(err, &pg), "%s: %v", tt.name, err)
+		require.ErrorAs(t, err, &pg, tt.name)
 		require.Equal(t, "23514", pg.Code, tt.name)
 		require.Equal(t, tt.constraint, pg.ConstraintName, tt.name)
 	}

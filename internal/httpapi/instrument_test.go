@@ -131,7 +131,7 @@ func describeSpans(spans []sdktrace.ReadOnlySpan) []string {
 	for _, s := range spans {
 		attrs := make([]string, 0, len(s.Attributes()))
 		for _, a := range s.Attributes() {
-			attrs = append(attrs, string(a.Key)+"="+a.Value.Emit())
+			attrs = append(attrs, string(a.Key)+"="+a.Value.String())
 		}
 		slices.Sort(attrs)
 		out = append(out, fmt.Sprintf("%s kind=%s status=%s/%q parent=%s scope=%s@%s attrs=%s",
