@@ -113,13 +113,20 @@ failover: pg-auto-failover
 bench: build pg pgbouncer
 	$(GO) run ./harness/cmd/bench
 
-## profile: what one new charge costs the database, per statement, table and index (pg_stat_statements, table counters, pg_waldump), its WAL and full-page images, the database's and the api's CPU and the api's CPU profile, on a throw-away cluster (never the server on 5432); PROFILE_AB=VERSION profiles the schema up to that migration against the latest instead (A B A B); writes bench/results/profile.json (profile-ab-VERSION.json)
+## profile: what one new charge costs the database, per statement, table and index (pg_stat_statements, table counters, pg_waldump), its WAL and full-page images, the database's and the api's CPU and the api's CPU profile, on a throw-away cluster (never the server on 5432); PROFILE_AB=VERSION profiles the schema up to that migration against the latest instead (A B A B); PROFILE_CALLGRIND=1 counts the database's instructions per new charge and replay under valgrind instead (with PROFILE_AB, or PROFILE_BIN_B=DIR for another api binary); writes bench/results/profile.json (profile-ab-VERSION.json, profile-callgrind.json)
 PROFILE_CHARGES ?= 3000
 PROFILE_CLIENTS ?= 8
 PROFILE_AB ?=
+PROFILE_CALLGRIND ?=
+PROFILE_BIN_B ?=
 profile:
+ifeq ($(PROFILE_CALLGRIND),)
 	$(GO) run ./harness/cmd/profile -charges $(PROFILE_CHARGES) -clients $(PROFILE_CLIENTS) \
 		$(if $(PROFILE_AB),-ab $(PROFILE_AB) -json bench/results/profile-ab-$(PROFILE_AB).json,-json bench/results/profile.json)
+else
+	$(GO) run ./harness/cmd/profile -callgrind -replays $(if $(PROFILE_AB),-ab $(PROFILE_AB)) $(if $(PROFILE_BIN_B),-bin-b $(PROFILE_BIN_B)) \
+		-json bench/results/profile-callgrind$(if $(PROFILE_AB),-ab-$(PROFILE_AB)).json
+endif
 
 ## soak: an hour of steady load (SOAK=10m for a short run) on a throw-away cluster with autovacuum on: new charges, replays, captures, refunds, webhook deliveries, a worker killed every 3 minutes; every process's memory, goroutines, files and connections, each operation's p50/p99, dead tuples and index size per table, partitions and WAL per charge sampled every minute; fails when a series climbs over the last 75%; writes bench/results/soak.json (soak-$(SOAK).json for a short run) and a plot per series
 SOAK ?= 60m

@@ -151,8 +151,14 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	inv := &invocation{cfg: cfg, getenv: getenv, logger: telemetry.NewLogger(stderr), stdout: stdout, stderr: stderr, args: positional}
-	switch err := act(ctx, inv); {
+	// The log is written through a LogWriter: one write(2) for the lines
+	// of many requests under load, every warning written at once, and the
+	// rest before anything else goes to stderr below.
+	logs := telemetry.NewLogWriter(stderr)
+	inv := &invocation{cfg: cfg, getenv: getenv, logger: telemetry.NewLogger(logs), stdout: stdout, stderr: stderr, args: positional}
+	err = act(ctx, inv)
+	_ = logs.Close()
+	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, errUsage):

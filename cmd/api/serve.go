@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	_ "net/http/pprof" // served on PPROF_ADDR only
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -162,6 +163,11 @@ func (m *Main) Run(ctx context.Context) error {
 		// http.DefaultServeMux carries net/http/pprof's handlers (imported
 		// for that alone); the API itself never serves it.
 		pprofSrv := &http.Server{Addr: m.Config.PprofAddr, ReadHeaderTimeout: 10 * time.Second}
+		// Where requests wait on each other: lock contention (mutex) and
+		// blocking on channels, locks and selects of 100 µs or more
+		// (block), sampled; a few percent of CPU, for a debugging aid.
+		runtime.SetMutexProfileFraction(100)
+		runtime.SetBlockProfileRate(int(100 * time.Microsecond))
 		go pprofSrv.ListenAndServe() //nolint:errcheck // a debugging aid
 		defer pprofSrv.Close()
 	}

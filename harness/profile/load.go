@@ -20,7 +20,7 @@ const chargeBody = `{"amount":1000,"currency":"usd","payment_method":"pm_card_vi
 // closed-loop workers and returns how many were answered 201 and how many
 // were not (another status or no answer).
 func drive(ctx context.Context, base, apiKey, prefix string, n, clients int) (ok, failed int, elapsed time.Duration) {
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	hc := newClient(clients)
 	var next, okN, failN atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -58,4 +58,9 @@ func post(ctx context.Context, hc *http.Client, base, apiKey, key string) bool {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusCreated
+}
+
+// newClient is an HTTP client that keeps a connection per client.
+func newClient(clients int) *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 }

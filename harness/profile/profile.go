@@ -160,6 +160,12 @@ type database struct {
 // newDatabase creates a database migrated up to version (0: every
 // migration), with the partitions `api migrate` makes and an API key.
 func (s *stack) newDatabase(ctx context.Context, name string, version int64) (*database, error) {
+	return s.newDatabaseWith(ctx, name, version, true)
+}
+
+// newDatabaseWith is newDatabase, with pg_stat_statements created in it
+// only if statements is set (the server must preload it).
+func (s *stack) newDatabaseWith(ctx context.Context, name string, version int64, statements bool) (*database, error) {
 	url, err := s.cluster.CreateDatabase(ctx, name)
 	if err != nil {
 		return nil, err
@@ -173,8 +179,10 @@ func (s *stack) newDatabase(ctx context.Context, name string, version int64) (*d
 		return nil, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "CREATE EXTENSION pg_stat_statements"); err != nil {
-		return nil, err
+	if statements {
+		if _, err := conn.Exec(ctx, "CREATE EXTENSION pg_stat_statements"); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := idempotency.EnsurePartitions(ctx, conn); err != nil {
 		return nil, err

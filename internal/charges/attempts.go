@@ -29,6 +29,10 @@ type attempt struct {
 	// Hint is a PSP object reported for the charge by the PSP's own
 	// webhook (psp.AuthorizeRequest.Hint), null if none.
 	Hint *string
+	// Unrecorded is the first attempt of a single-PSP charge, which has
+	// no row (see insertCharge): its outcome is written on the charge
+	// only, and its row is made when it ends otherwise (recordFirstSQL).
+	Unrecorded bool
 }
 
 // The outcomes an attempt records.
@@ -66,8 +70,23 @@ func insertAttempt(tx *phases.Tx, c *Charge, a attempt) {
 const endAttemptSQL = `UPDATE charge_attempts SET outcome = $4, ended_at = phasepay_now()
  WHERE tenant_id = $1 AND charge_id = $2 AND n = $3`
 
+// recordFirstSQL writes the unrecorded first attempt ($3 its PSP, $4 its
+// key) as ended with outcome $5, created when its charge was: a key
+// renewed, or a refusal moving the charge on, needs the list of attempts
+// that a single unrecorded one stood for. A PSP webhook's hint may have
+// recorded it since (hintSQL): then it is ended.
+const recordFirstSQL = `
+INSERT INTO charge_attempts (tenant_id, charge_id, n, psp, psp_key, outcome, created_at, ended_at)
+SELECT tenant_id, id, 1, $3, $4, $5, created_at, phasepay_now() FROM charges WHERE tenant_id = $1 AND id = $2
+ON CONFLICT (tenant_id, charge_id, n) DO UPDATE SET outcome = excluded.outcome, ended_at = excluded.ended_at`
+
 func endAttempt(tx *phases.Tx, c *Charge, a *attempt, outcome string) {
-	tx.Queue(endAttemptSQL, c.TenantID, c.ID, a.N, outcome)
+	if a.Unrecorded {
+		tx.Queue(recordFirstSQL, c.TenantID, c.ID, a.PSP, a.Key, outcome)
+		a.Unrecorded = false
+	} else {
+		tx.Queue(endAttemptSQL, c.TenantID, c.ID, a.N, outcome)
+	}
 	a.Outcome = &outcome
 }
 
@@ -75,8 +94,10 @@ func endAttempt(tx *phases.Tx, c *Charge, a *attempt, outcome string) {
 const attemptsSQL = `SELECT n, psp, psp_key, outcome, created_at, psp_reference FROM charge_attempts
  WHERE tenant_id = $1 AND charge_id = $2 ORDER BY n`
 
-// loadAttempts reads c's attempts. A charge created before attempts were
-// recorded has none: its one attempt is at its PSP under PSPKey.
+// loadAttempts reads c's attempts. A charge without any has had one
+// attempt, at its PSP under PSPKey, created with it: a single-PSP charge
+// whose first attempt was not recorded (insertCharge), or one created
+// before attempts were.
 func loadAttempts(ctx context.Context, q idempotency.DBTX, c *Charge) error {
 	rows, err := q.Query(ctx, attemptsSQL, c.TenantID, c.ID)
 	if err != nil {
@@ -91,7 +112,7 @@ func loadAttempts(ctx context.Context, q idempotency.DBTX, c *Charge) error {
 	}
 	if len(c.attempts) == 0 {
 		// Its key is as old as the charge.
-		c.attempts = []attempt{{N: 1, PSP: c.PSP, Key: PSPKey(c.ID), CreatedAt: c.CreatedAt}}
+		c.attempts = []attempt{{N: 1, PSP: c.PSP, Key: PSPKey(c.ID), CreatedAt: c.CreatedAt, Unrecorded: true}}
 	}
 	return nil
 }

@@ -25,9 +25,23 @@ import (
 // hintSQL writes the hint on the open attempt at the PSP. Unfenced: a hint
 // decides nothing, and a run that loaded the attempts before it simply
 // does not see it (the next one will).
-const hintSQL = `UPDATE charge_attempts SET psp_reference = $4
- WHERE tenant_id = $1 AND charge_id = $2 AND psp = $3 AND outcome IS NULL
-   AND psp_reference IS DISTINCT FROM $4`
+//
+// A charge without attempts has its first one unrecorded (insertCharge):
+// the hint records it, open, at the charge's PSP under PSPKey ($5), as
+// loadAttempts reads it. A run that loaded the charge before it finishes
+// without ending that row (its outcome is the charge's status); one that
+// renews the key or moves on ends it (recordFirstSQL).
+const hintSQL = `
+WITH hinted AS (
+    UPDATE charge_attempts SET psp_reference = $4
+     WHERE tenant_id = $1 AND charge_id = $2 AND psp = $3 AND outcome IS NULL
+       AND psp_reference IS DISTINCT FROM $4
+)
+INSERT INTO charge_attempts (tenant_id, charge_id, n, psp, psp_key, psp_reference, created_at)
+SELECT tenant_id, id, 1, psp, $5, $4, created_at FROM charges
+ WHERE tenant_id = $1 AND id = $2 AND psp = $3
+   AND NOT EXISTS (SELECT FROM charge_attempts WHERE tenant_id = $1 AND charge_id = $2)
+ON CONFLICT DO NOTHING`
 
 // chargeKeySQL reads what PSPReport needs of the charge: its status and
 // the key that created it.
@@ -52,7 +66,7 @@ func (s *Service) PSPReport(ctx context.Context, tenantID int64, chargeID, pspNa
 	if status != StatusPending {
 		return false, nil // settled already: the report tells nothing new
 	}
-	if _, err := s.pool.Exec(ctx, hintSQL, tenantID, chargeID, pspName, object); err != nil {
+	if _, err := s.pool.Exec(ctx, hintSQL, tenantID, chargeID, pspName, object, PSPKey(chargeID)); err != nil {
 		return false, fmt.Errorf("psp report for %s: hint: %w", chargeID, err)
 	}
 	// Due now, also from needs_attention: the report may be what settles it.

@@ -35,6 +35,24 @@ type chargeAttempt struct {
 	EndedAt     *time.Time
 }
 
+// implicitAttempt is the one attempt of a charge without attempt rows: a
+// single-PSP charge's first attempt is not recorded (package charges,
+// insertCharge), and its outcome is the charge's status.
+func implicitAttempt(c *charges.Charge) chargeAttempt {
+	a := chargeAttempt{N: 1, PSP: c.PSP, PSPKey: charges.PSPKey(c.ID), CreatedAt: c.CreatedAt}
+	var outcome string
+	switch c.Status {
+	case charges.StatusPending:
+		return a
+	case charges.StatusDeclined, charges.StatusFailed:
+		outcome = string(c.Status)
+	default: // authorized, and captured or voided since
+		outcome = string(charges.StatusAuthorized)
+	}
+	a.Outcome = &outcome
+	return a
+}
+
 type refundRow struct {
 	ID, Key, Status string
 	Amount          int64
@@ -89,6 +107,9 @@ func (s *Server) charge(r *http.Request) (view, error) {
 	}
 	if d.Attempts, err = pgx.CollectRows(rows, pgx.RowToStructByPos[chargeAttempt]); err != nil {
 		return view{}, fmt.Errorf("attempts of %s: %w", id, err)
+	}
+	if len(d.Attempts) == 0 {
+		d.Attempts = []chargeAttempt{implicitAttempt(c)}
 	}
 	rows, err = s.cfg.Pool.Query(ctx, chargeRefundsSQL, t.ID, id)
 	if err != nil {

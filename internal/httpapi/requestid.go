@@ -42,10 +42,12 @@ func requestID(next http.Handler) http.Handler {
 			span.SetAttributes(attribute.String("phasepay.request_id", id))
 		}
 		// The request log's requestInfo (logRequests, next in the chain)
-		// goes into the same derived request: every r.WithContext copies
-		// the whole request.
+		// goes into the same derived request, unless the instrumentation
+		// put one there: every r.WithContext copies the whole request.
 		ctx := context.WithValue(r.Context(), middleware.RequestIDKey, id)
-		ctx = context.WithValue(ctx, infoKey{}, &requestInfo{})
+		if _, ok := ctx.Value(infoKey{}).(*requestInfo); !ok {
+			ctx = context.WithValue(ctx, infoKey{}, &requestInfo{})
+		}
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -56,7 +55,7 @@ type Config struct {
 	MetricsElsewhere bool
 	// ServerAddr is the configured listen address (host:port), reported as
 	// server.address and server.port on request metrics. Never the
-	// client's Host header, which otelhttp uses otherwise: any client
+	// client's Host header (otelhttp's choice otherwise): any client
 	// could then mint new metric series at will. Default
 	// "phasepay-api:0" (port 0: no server.port).
 	ServerAddr string
@@ -85,13 +84,11 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	// Outermost, so the request's span is in the context of everything
 	// below, the request log line included. It extracts the caller's W3C
 	// trace context.
-	return otelhttp.NewHandler(r, "http.request",
-		otelhttp.WithTracerProvider(cfg.Telemetry.Tracer),
-		otelhttp.WithMeterProvider(cfg.Telemetry.Meter),
-		otelhttp.WithPropagators(cfg.Telemetry.Propagator),
-		otelhttp.WithServerName(cfg.ServerAddr),
-		otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Path != "/metrics" && r.URL.Path != "/healthz" }),
-	), nil
+	in, err := newInstrumentation(cfg.Telemetry, cfg.ServerAddr)
+	if err != nil {
+		return nil, err
+	}
+	return in.handler(r), nil
 }
 
 // newRouter returns the router of every route NewHandler serves, without
@@ -178,10 +175,10 @@ func newRouter(cfg Config) (*chi.Mux, error) {
 
 // nameRoute names the request's span after the route it matched (known
 // only once chi has routed it), e.g. "GET /v1/charges/{id}", and labels its
-// request metrics with that pattern as http.route. otelhttp would take the
-// route from http.Request.Pattern, but chi sets that on its own copy of the
-// request, which otelhttp never sees; and the raw path must never be a
-// label: every charge id would be a new series.
+// request metrics with that pattern as http.route (instrument.go reads it
+// from the requestInfo). chi sets http.Request.Pattern only on its own copy
+// of the request, which the instrumentation around it never sees; and the
+// raw path must never be a label: every charge id would be a new series.
 func nameRoute(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r)
@@ -193,8 +190,8 @@ func nameRoute(next http.Handler) http.Handler {
 				span.SetName(r.Method + " " + pattern)
 				span.SetAttributes(route)
 			}
-			if l, ok := otelhttp.LabelerFromContext(r.Context()); ok {
-				l.Add(route)
+			if ri, ok := r.Context().Value(infoKey{}).(*requestInfo); ok {
+				ri.route = pattern
 			}
 		}
 	})
@@ -287,10 +284,12 @@ func limitBody(next http.Handler) http.Handler {
 }
 
 // requestInfo collects what the request log line reports, filled in by
-// handlers as they learn it.
+// handlers as they learn it, and the route the request metrics are
+// labelled with (nameRoute).
 type requestInfo struct {
 	tenant  string
 	outcome string
+	route   string
 }
 
 type infoKey struct{}

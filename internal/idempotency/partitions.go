@@ -27,9 +27,9 @@ const MaintenanceLockTimeout = 500 * time.Millisecond
 // created on day (its UTC day, whatever day's location), as
 // idempotency_keys_ensure_partitions (migrations/00016) names the ones it
 // creates and the statements below match them: idempotency_keys_pYYYYMMDD.
-// Go code that needs a day's name (Peek's read of a key's day) takes it
-// from here; TestPartitionsCreatedAhead checks it against the names the
-// database gives.
+// Go code that needs a day's name (the tests) takes it from here;
+// TestPartitionsCreatedAhead checks it against the names the database
+// gives.
 func DayPartition(day time.Time) string {
 	return dayPartitionPrefix + day.UTC().Format("20060102")
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -62,6 +63,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	quick := fs.Bool("quick", false, "small sizes, for a smoke run")
 	steps := fs.String("steps", "", "comma-separated step name prefixes to run (default all); growth runs the background passes' step alone, writing "+bench.PassesResults+" and its plot")
 	fs.IntVar(&cfg.Reps, "reps", 2, "runs of each compared load, alternated with the other's (A B A B for 2); medians are reported")
+	levels := fs.String("levels", "", "comma-separated client counts of the loads (default 1,8,32)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage+"\nFlags:\n")
 		fs.PrintDefaults()
@@ -75,6 +77,17 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	cfg.AdminURL = *admin
 	if *steps != "" {
 		cfg.Steps = strings.Split(*steps, ",")
+	}
+	for _, l := range strings.Split(*levels, ",") {
+		if l == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(l))
+		if err != nil || n < 1 {
+			fmt.Fprintf(stderr, "bench: -levels: %q is not a client count\n", l)
+			return 2
+		}
+		cfg.Levels = append(cfg.Levels, n)
 	}
 	cfg.Log = stderr
 	wd, _ := os.Getwd()

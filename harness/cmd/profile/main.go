@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -33,13 +34,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.PprofSeconds, "pprof-seconds", 5, "seconds of the api's CPU profile, from the start of the run (0: none)")
 	fs.Int64Var(&cfg.AB, "ab", 0, "A/B: profile the schema migrated up to this version (A) against the latest (B), alternating")
 	fs.IntVar(&cfg.Rounds, "rounds", 2, "A/B rounds (2: A B A B)")
-	jsonPath := fs.String("json", "bench/results/profile.json", "where to write the results (empty: nowhere)")
+	jsonPath := fs.String("json", "", "where to write the results (default bench/results/profile.json, or profile-callgrind.json with -callgrind; -: nowhere)")
+	var cc profile.CallgrindConfig
+	callgrind := fs.Bool("callgrind", false, "count the backends' instructions per request under valgrind's callgrind (slope between -short and -long runs of one client) instead of timing them")
+	fs.IntVar(&cc.Short, "short", 50, "-callgrind: requests of the short run")
+	fs.IntVar(&cc.Long, "long", 250, "-callgrind: requests of the long run")
+	fs.StringVar(&cc.BinB, "bin-b", "", "-callgrind: directory with variant B's api (code A/B: A is -bin's, both on the latest schema)")
+	fs.BoolVar(&cc.Replays, "replays", false, "-callgrind: count replays too")
+	fs.BoolVar(&cc.NoCharges, "only-replays", false, "-callgrind: count replays only")
+	fs.StringVar(&cc.Keep, "keep", "", "-callgrind: directory for the counted backends' files of the long runs")
+	fs.IntVar(&cc.Functions, "functions", 30, "-callgrind: functions listed by inclusive instructions per request (negative: none)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	cfg.Progress = stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *callgrind {
+		counts, err := profile.RunCallgrind(ctx, cfg, cc)
+		if err != nil {
+			fmt.Fprintln(stderr, "profile:", err)
+			return 1
+		}
+		profile.CallgrindMarkdown(stdout, counts, cc.Functions)
+		return writeJSON(cmp.Or(*jsonPath, "bench/results/profile-callgrind.json"), counts, stderr)
+	}
 	results, err := profile.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "profile:", err)
@@ -61,18 +80,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else {
 		profile.Markdown(stdout, results[0])
 	}
-	if *jsonPath != "" {
-		b, err := json.MarshalIndent(doc, "", "  ")
-		if err == nil {
-			err = os.MkdirAll(filepath.Dir(*jsonPath), 0o755)
-		}
-		if err == nil {
-			err = os.WriteFile(*jsonPath, append(b, '\n'), 0o644)
-		}
-		if err != nil {
-			fmt.Fprintln(stderr, "profile:", err)
-			return 1
-		}
+	return writeJSON(cmp.Or(*jsonPath, "bench/results/profile.json"), doc, stderr)
+}
+
+// writeJSON writes doc to path, unless path is "-".
+func writeJSON(path string, doc any, stderr io.Writer) int {
+	if path == "-" {
+		return 0
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err == nil {
+		err = os.MkdirAll(filepath.Dir(path), 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(path, append(b, '\n'), 0o644)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "profile:", err)
+		return 1
 	}
 	return 0
 }
