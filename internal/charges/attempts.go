@@ -55,9 +55,9 @@ func attemptKey(chargeID string, n int, single bool) string {
 }
 
 // insertAttemptSQL records an attempt before its call, in the fenced
-// transaction of the arrow before it. The UNIQUE (tenant_id, charge_id,
-// psp) constraint is the database's word that a charge is never sent to
-// one PSP under two attempts.
+// transaction of the phase before it. The partial unique index
+// charge_attempts_open_per_psp (migrations/00032) is the database's word
+// that a charge is never sent to one PSP under two open attempts.
 const insertAttemptSQL = `INSERT INTO charge_attempts (tenant_id, charge_id, n, psp, psp_key) VALUES ($1, $2, $3, $4, $5)`
 
 func insertAttempt(tx *phases.Tx, c *Charge, a attempt) {
