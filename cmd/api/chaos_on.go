@@ -6,9 +6,9 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/phasepay/phasepay/harness/faults"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/testutil/faults"
 )
 
 // chaosFaults, in binaries built with the chaos tag, are the faults the

@@ -24,6 +24,7 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
@@ -58,7 +59,7 @@ type Main struct {
 
 	mu         sync.Mutex
 	addr       string
-	mockPSP    *psp.Mock
+	mockPSP    *mockpsp.Mock
 	mockPSPURL string
 	ready      chan struct{}
 	auth       *tenants.Authenticator
@@ -312,7 +313,7 @@ func (m *Main) dbPool() *pgxpool.Pool {
 }
 
 // MockPSP returns the in-process mock PSP, if Run started one.
-func (m *Main) MockPSP() *psp.Mock {
+func (m *Main) MockPSP() *mockpsp.Mock {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.mockPSP
@@ -328,8 +329,8 @@ func (m *Main) MockPSPURL() string {
 
 // startMockPSP serves the embedded mock PSP on MockPSPAddr, or on a free
 // port if that one is taken (another api process has it).
-func (m *Main) startMockPSP() (*psp.MockServer, error) {
-	ms, onAddr, err := psp.StartMock(m.Config.MockPSPAddr)
+func (m *Main) startMockPSP() (*mockpsp.Server, error) {
+	ms, onAddr, err := mockpsp.Start(m.Config.MockPSPAddr)
 	if err != nil {
 		return nil, err
 	}

@@ -3,8 +3,8 @@
 package main
 
 import (
-	"github.com/phasepay/phasepay/harness/faults"
 	"github.com/phasepay/phasepay/internal/charges"
+	"github.com/phasepay/phasepay/internal/testutil/faults"
 )
 
 // chaosDefect, in binaries built with the chaos tag, wraps the PSP in the

@@ -15,7 +15,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/console"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/tenants"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
@@ -100,9 +100,9 @@ func TestOnlyTheOperatorTokenOpensTheConsole(t *testing.T) {
 func TestForgedConsoleActionIsRefused(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", visa)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
 	c := w.client(t)
 	_, page := get(t, c, w.Base+"/request?tenant=t&key=stuck-1")
 	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 )
 
 // storeAnswer finishes a new key of tenant t with body as its stored
@@ -98,9 +98,9 @@ func TestLiveUpdateSplitsLinesWhereTheBrowserDoes(t *testing.T) {
 func TestRefusedActionRedirectsWithItsReason(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", visa)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
 
 	browser := tab(t, w.Base)
 	require.NoError(t, chromedp.Do(browser, chromedp.Navigate(w.Base+"/request?tenant=t&key=stuck-1"),

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
@@ -29,11 +29,11 @@ func TestOverviewCountsMatchTheDatabase(t *testing.T) {
 	require.NoError(t, err)
 
 	// One request of each kind the overview counts.
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	charge(t, w.service(t, idempotency.Config{RetryBase: time.Hour, RetryMax: time.Hour}), w.Tenant, "waiting-1", visa)
 	charge(t, w.service(t, idempotency.Config{RetryBase: time.Millisecond, RetryMax: time.Millisecond}), w.Tenant, "due-1", visa)
 	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", visa)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
 	svc := w.service(t, idempotency.Config{})
 	charge(t, svc, w.Tenant, "done-1", visa)
 	charge(t, svc, w.Tenant, "done-2", visa)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 )
 
 // An operator resolves a needs_attention request from its page, in a real
@@ -22,9 +22,9 @@ func TestResolveFromThePageRecordsTheAudit(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	ctx := context.Background()
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", visa)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
 
 	browser := tab(t, w.Base)
 	require.NoError(t, chromedp.Do(browser, chromedp.Navigate(w.Base+"/request?tenant=t&key=stuck-1"),

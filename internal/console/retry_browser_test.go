@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 )
 
 // An operator retries a needs_attention request from its page, in a real
@@ -24,7 +24,7 @@ func TestRetryFromThePageRecordsTheOperator(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	ctx := context.Background()
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", visa)
 
 	browser := tab(t, w.Base)
@@ -51,7 +51,7 @@ func TestRetryWithoutANameIsRefused(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	ctx := context.Background()
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", visa)
 	c := w.client(t)
 	_, page := get(t, c, w.Base+"/request?tenant=t&key=stuck-1")

@@ -17,13 +17,13 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/phases/phasestest"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/reaper"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
@@ -133,9 +133,9 @@ func seedShowcase(t *testing.T, w *world) (chargeID, takenOver, endpointID strin
 	_, err = svc.Refund(ctx, w.Tenant, "order-1001-refund-1", phases.AsSent([]byte(`{"charge":"`+chargeID+`","amount":1200}`)))
 	require.NoError(t, err)
 	charge(t, svc, w.Tenant, "order-1002", `{"amount":990,"currency":"usd","payment_method":"pm_card_chargeDeclined"}`)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "order-1003", visa)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
 
 	// A worker that dies right after a slow PSP answered (its heartbeat
 	// renewed the lease during the call), and the reaper that takes its
@@ -144,10 +144,10 @@ func seedShowcase(t *testing.T, w *world) (chargeID, takenOver, endpointID strin
 	api, err := idempotency.NewStore(idempotency.Config{Lease: time.Second, NeedsAttention: events.NeedsAttention})
 	require.NoError(t, err)
 	crashing := chargestest.NewService(t, w.Live, api, w.PSP, phases.Config{CrashHook: phasestest.CrashAt(phases.CrashAfterCall)})
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{LatencyMS: 500}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{LatencyMS: 500}))
 	_, err = crashing.Create(ctx, w.Tenant, takenOver, phases.AsSent([]byte(visa)))
 	require.ErrorIs(t, err, phasestest.ErrCrash)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
 	time.Sleep(1100 * time.Millisecond)
 	reaperKeys, err := idempotency.NewStore(idempotency.Config{Lease: time.Minute, Role: idempotency.RoleReaper, NeedsAttention: events.NeedsAttention})
 	require.NoError(t, err)

@@ -22,10 +22,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // A worker killed in the middle of a charge, and the reaper that takes it
@@ -46,7 +46,7 @@ func TestTakeoverShowsBothHoldersAndTheRecoveryPointsInOrder(t *testing.T) {
 	// The PSP in the test's process: it outlives the api, as a real PSP
 	// would, and answers after 3 s, long enough for a heartbeat (every
 	// third of the 2 s lease) and to kill the api inside the call.
-	mock, err := psp.NewMock(psp.Faults{LatencyMS: 3000})
+	mock, err := mockpsp.New(mockpsp.Faults{LatencyMS: 3000})
 	require.NoError(t, err)
 	pspSrv := httptest.NewServer(mock)
 	t.Cleanup(pspSrv.Close)
@@ -72,7 +72,7 @@ func TestTakeoverShowsBothHoldersAndTheRecoveryPointsInOrder(t *testing.T) {
 		return n > 0
 	}, 10*time.Second, 5*time.Millisecond, "the api's heartbeat renewed its lease during the call")
 	api.kill()
-	require.NoError(t, mock.SetFaults(psp.Faults{})) // the reaper's calls answer at once
+	require.NoError(t, mock.SetFaults(mockpsp.Faults{})) // the reaper's calls answer at once
 
 	reaper := startProc(t, bin, "reaper", append(env, "REAPER_INTERVAL=200ms"))
 	require.Eventually(t, func() bool {
