@@ -1,4 +1,4 @@
-package codecheck
+package checks
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 )
 
 // repoRoot is the repository root as seen from this package's directory.
-const repoRoot = "../.."
+const repoRoot = ".."
 
 // failNowMethods are the testing.TB methods that end the test's goroutine
 // (runtime.Goexit). Called from any other goroutine they end that one

@@ -1,4 +1,4 @@
-package codecheck
+package checks
 
 import (
 	"fmt"
@@ -22,22 +22,26 @@ import (
 // directory after it.
 const modulePath = "github.com/phasepay/phasepay"
 
-// layer is one row of docs/architecture.md's Layers table. rank grows
-// downwards: a package may import only packages of a greater rank.
+// layer is one row of the README's table "Where things are and what you
+// may change". rank grows downwards: a package may import only packages of
+// a greater rank.
 type layer struct {
 	name     string
 	rank     int
 	patterns []string // directories, or "dir/*" for every directory just below dir
 }
 
-// readLayers reads the Layers table of docs/architecture.md, top row
-// first: the rule this test enforces is the one the doc states.
+// layersHeading is the README's section whose table places every package.
+const layersHeading = "## Where things are and what you may change"
+
+// readLayers reads the README's table of folders, top row first: the rule
+// this test enforces is the one the README states.
 func readLayers(t *testing.T) []layer {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", "architecture.md"))
+	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
 	require.NoError(t, err)
-	_, section, ok := strings.Cut(string(b), "\n## Layers\n")
-	require.True(t, ok, "docs/architecture.md has no ## Layers section")
+	_, section, ok := strings.Cut(string(b), "\n"+layersHeading+"\n")
+	require.True(t, ok, "README.md has no %q section", layersHeading)
 	section, _, _ = strings.Cut(section, "\n## ")
 	code := regexp.MustCompile("`([^`]+)`")
 	var layers []layer
@@ -53,7 +57,7 @@ func readLayers(t *testing.T) []layer {
 		require.NotEmpty(t, l.patterns, "layer %q names no package", l.name)
 		layers = append(layers, l)
 	}
-	require.GreaterOrEqual(t, len(layers), 5, "the Layers table is not where it was expected")
+	require.GreaterOrEqual(t, len(layers), 5, "the README's table of folders is not where it was expected")
 	return layers
 }
 
@@ -74,6 +78,10 @@ func place(layers []layer, dir string) (layer, bool) {
 	return layer{}, false
 }
 
+// faultsDir holds the faults the chaos build injects: the one package a
+// command may import from a layer above, and only under the chaos tag.
+const faultsDir = "internal/testutil/faults"
+
 // importEdge is one import of one file of the repository.
 type importEdge struct {
 	file, from, to string // from and to are directories
@@ -83,12 +91,12 @@ type importEdge struct {
 
 // checkImports returns what breaks the rule: a package no layer places, an
 // import of the own layer or of one above (the chaos build's imports of
-// harness/faults excepted).
+// internal/testutil/faults excepted).
 func checkImports(layers []layer, dirs []string, edges []importEdge) []string {
 	var bad []string
 	for _, d := range dirs {
 		if _, ok := place(layers, d); !ok {
-			bad = append(bad, fmt.Sprintf("%s: no layer of docs/architecture.md places this package", d))
+			bad = append(bad, fmt.Sprintf("%s: no row of the README's table places this package", d))
 		}
 	}
 	for _, e := range edges {
@@ -97,7 +105,7 @@ func checkImports(layers []layer, dirs []string, edges []importEdge) []string {
 		if !ok1 || !ok2 {
 			continue // reported above
 		}
-		if e.chaosOnly && e.to == "harness/faults" && strings.HasPrefix(e.from, "cmd/") {
+		if e.chaosOnly && e.to == faultsDir && strings.HasPrefix(e.from, "cmd/") {
 			continue
 		}
 		if to.rank <= from.rank {
@@ -184,10 +192,11 @@ func repoImports(t *testing.T) (dirs []string, edges []importEdge) {
 	return dirs, edges
 }
 
-// The packages import one another only downwards through the layers
-// docs/architecture.md draws: no service package imports a harness, the
-// engine nothing of the operations, the operations nothing of HTTP. A
-// new package must be given its layer there first.
+// The packages import one another only downwards through the layers the
+// README's table draws: no service package imports a tool or test support,
+// the engine nothing of the operations, the operations nothing of HTTP.
+// Every folder holding Go files, in every module of the repository, is
+// placed by a row, so a new package must be given its row there first.
 func TestImportsPointDown(t *testing.T) {
 	t.Parallel()
 	layers := readLayers(t)
@@ -201,7 +210,7 @@ func TestImportsPointDown(t *testing.T) {
 			parent, wildcard := strings.CutSuffix(p, "/*")
 			require.True(t, slices.ContainsFunc(dirs, func(d string) bool {
 				return d == p || (wildcard && path.Dir(d) == parent)
-			}), "docs/architecture.md's layer %q names %s, which holds no Go file", l.name, p)
+			}), "the README's layer %q names %s, which holds no Go file", l.name, p)
 		}
 	}
 }
@@ -211,23 +220,23 @@ func TestImportsPointDown(t *testing.T) {
 func TestImportCheckFindsEachBreak(t *testing.T) {
 	t.Parallel()
 	layers := []layer{
-		{name: "support", rank: 0, patterns: []string{"harness/faults"}},
+		{name: "support", rank: 0, patterns: []string{faultsDir}},
 		{name: "commands", rank: 1, patterns: []string{"cmd/*"}},
 		{name: "operations", rank: 2, patterns: []string{"internal/charges"}},
 		{name: "engine", rank: 3, patterns: []string{"internal/phases", "internal/events"}},
 	}
-	dirs := []string{"cmd/api", "harness/faults", "internal/charges", "internal/phases", "internal/events", "internal/new"}
+	dirs := []string{"cmd/api", faultsDir, "internal/charges", "internal/phases", "internal/events", "internal/new"}
 	edges := []importEdge{
-		{file: "cmd/api/a.go", from: "cmd/api", to: "internal/charges"},                                  // down: fine
-		{file: "cmd/api/chaos_on.go", from: "cmd/api", to: "harness/faults", chaosOnly: true},            // the exception
-		{file: "cmd/api/b.go", from: "cmd/api", to: "harness/faults"},                                    // up, in every build
-		{file: "internal/phases/x.go", from: "internal/phases", to: "internal/charges"},                  // up
-		{file: "internal/phases/y.go", from: "internal/phases", to: "internal/events"},                   // sideways
-		{file: "internal/charges/z.go", from: "internal/charges", to: "harness/faults", chaosOnly: true}, // exception is for cmd only
+		{file: "cmd/api/a.go", from: "cmd/api", to: "internal/charges"},                           // down: fine
+		{file: "cmd/api/chaos_on.go", from: "cmd/api", to: faultsDir, chaosOnly: true},            // the exception
+		{file: "cmd/api/b.go", from: "cmd/api", to: faultsDir},                                    // up, in every build
+		{file: "internal/phases/x.go", from: "internal/phases", to: "internal/charges"},           // up
+		{file: "internal/phases/y.go", from: "internal/phases", to: "internal/events"},            // sideways
+		{file: "internal/charges/z.go", from: "internal/charges", to: faultsDir, chaosOnly: true}, // exception is for cmd only
 	}
 	bad := checkImports(layers, dirs, edges)
 	require.Len(t, bad, 5, "%v", bad)
-	require.Contains(t, bad[0], "internal/new: no layer")
+	require.Contains(t, bad[0], "internal/new: no row")
 	for i, file := range []string{"cmd/api/b.go", "internal/phases/x.go", "internal/phases/y.go", "internal/charges/z.go"} {
 		require.True(t, strings.HasPrefix(bad[i+1], file+" imports"), bad[i+1])
 	}

@@ -43,7 +43,7 @@ type Main struct {
 	// CrashHook is passed to the state machine (tests only).
 	CrashHook func(ctx context.Context, at phases.CrashPoint) error
 	// WrapPSP, if set, wraps the PSP the service uses (the chaos build's
-	// deliberate defects, package harness/faults).
+	// deliberate defects, package internal/testutil/faults).
 	WrapPSP func(charges.Authorizer) (charges.Authorizer, error)
 	// Authorizer, if set, replaces the PSP client (tests only).
 	Authorizer charges.Authorizer

@@ -219,7 +219,7 @@ type Main struct {
 	// Authorizer, if set, replaces the PSP client (tests only).
 	Authorizer charges.Authorizer
 	// WrapPSP, if set, wraps the PSP the service uses (the chaos build's
-	// deliberate defects, package harness/faults).
+	// deliberate defects, package internal/testutil/faults).
 	WrapPSP func(charges.Authorizer) (charges.Authorizer, error)
 
 	// metrics serves /metrics on REAPER_METRICS_ADDR, when set.

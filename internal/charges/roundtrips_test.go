@@ -20,7 +20,7 @@ import (
 // last write. A pipelined exchange (BEGIN, statements, COMMIT in one
 // write) is one; a BEGIN sent and waited for is one more. It wraps the
 // pool's connections below pgx, so it counts what was sent, whatever the
-// code believes it sends (as harness/bench's wireCounter does for make
+// code believes it sends (as tools/bench's wireCounter does for make
 // bench).
 type tripCounter struct{ n atomic.Int64 }
 

@@ -29,7 +29,7 @@ type Config struct {
 	BinDir string
 	// BareCmd is the command (program and arguments) that serves the bare
 	// baselines as a process of their own, given BARE_ADDR, DATABASE_URL
-	// and PSP_URL in its environment (ServeBare): harness/cmd/bench passes its own
+	// and PSP_URL in its environment (ServeBare): tools/cmd/bench passes its own
 	// executable and "bare". Required by the steps that use the baselines.
 	BareCmd []string
 	// ModuleDir is the repository root (for the Go micro-benchmarks).

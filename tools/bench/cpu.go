@@ -23,7 +23,7 @@ type CPUCost struct {
 	Database float64 `json:"database_ms"`
 }
 
-// The /proc readers live in harness/procs, shared with harness/profile.
+// The /proc readers live in tools/procs, shared with tools/profile.
 var (
 	machineTicks = procs.MachineTicks
 	processTicks = procs.ProcessTicks

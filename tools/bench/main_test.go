@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestMain lets the test binary stand in for harness/cmd/bench: run as
+// TestMain lets the test binary stand in for tools/cmd/bench: run as
 // "<test binary> bare", it is `bench bare`, so the tests start the bare
 // baselines as a process of their own, as the benchmark does
 // (testBareCmd).

@@ -73,7 +73,7 @@ func (p *Passes) chart() chart {
 }
 
 // PassesResults is where the growth step's results are kept, beside a
-// complete run's (bench/results/latest.json): the step runs alone too.
+// complete run's (tools/results/latest.json): the step runs alone too.
 const PassesResults = "growth.json"
 
 // WritePasses writes the growth step's results (r.Passes alone) to

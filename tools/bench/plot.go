@@ -22,7 +22,7 @@ import (
 // The plots of docs/benchmarks.md, drawn from a run's results: `make
 // bench` draws them after a complete run, `bench plot` from a results
 // file, and TestPlotsAreDrawnFromTheCommittedResults checks that the
-// committed ones are what bench/results/latest.json draws.
+// committed ones are what tools/results/latest.json draws.
 
 // PlotDir is where the plots are committed, relative to the repository
 // root.
@@ -105,7 +105,7 @@ func (r *Results) Plots() (map[string][]byte, error) {
 	}
 	out := map[string][]byte{}
 	if r.Passes != nil && len(r.Passes.Costs) > 0 {
-		// The growth step draws from its own run (bench/results/growth.json
+		// The growth step draws from its own run (tools/results/growth.json
 		// when it ran alone), dated as that run.
 		c := r.Passes.chart()
 		b, err := c.svg(r.Passes.Machine + ", " + r.Passes.Started.UTC().Format("2006-01-02 15:04 UTC"))

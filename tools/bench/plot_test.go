@@ -12,18 +12,18 @@ import (
 )
 
 // The plots committed in docs/benchmarks are exactly what the committed
-// results (bench/results/latest.json, and growth.json for the growth
+// results (tools/results/latest.json, and growth.json for the growth
 // step's when latest.json has none) draw: a run that changes the
 // results and not the plots, or plots edited by hand, fail here. Drawing
 // is deterministic, so a redraw changes nothing but what changed.
 func TestPlotsAreDrawnFromTheCommittedResults(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join("..", "..")
-	r, err := ReadResults(filepath.Join(root, "bench", "results", "latest.json"))
+	r, err := ReadResults(filepath.Join(root, "tools", "results", "latest.json"))
 	require.NoError(t, err)
 	if r.Passes == nil {
 		// The growth step's plot, from its own run (it runs alone too).
-		g, err := ReadResults(filepath.Join(root, "bench", "results", PassesResults))
+		g, err := ReadResults(filepath.Join(root, "tools", "results", PassesResults))
 		require.NoError(t, err)
 		require.NotNil(t, g.Passes, "%s holds the growth step's results", PassesResults)
 		r.Passes = g.Passes
@@ -46,6 +46,6 @@ func TestPlotsAreDrawnFromTheCommittedResults(t *testing.T) {
 		got, err := os.ReadFile(filepath.Join(dir, name))
 		require.NoError(t, err)
 		require.True(t, bytes.Equal(want, got),
-			"%s/%s is not what bench/results/latest.json draws: run `go run ./harness/cmd/bench plot`", PlotDir, name)
+			"%s/%s is not what tools/results/latest.json draws: run `go run ./tools/cmd/bench plot`", PlotDir, name)
 	}
 }

@@ -87,7 +87,7 @@ type Config struct {
 	// BinDir holds api, reaper and mockpsp built by Build.
 	BinDir string
 	// Defect, if set, runs the api workers and reapers with a deliberate
-	// defect (harness/faults: DefectFreshPSPKey, DefectFailoverOnUnknown),
+	// defect (internal/testutil/faults: DefectFreshPSPKey, DefectFailoverOnUnknown),
 	// to show that the harness catches what it breaks.
 	Defect string
 	// AdminURL is a PostgreSQL connection string on which the run creates
@@ -96,7 +96,7 @@ type Config struct {
 	// DBRestarts is how many times PostgreSQL is stopped immediately (as a
 	// crash would) and started again during the load. 0: none, and the run
 	// uses a database on AdminURL. Otherwise the run creates a throw-away
-	// cluster of its own (harness/pgcluster, binaries in PGBinDir) and
+	// cluster of its own (internal/testutil/pgcluster, binaries in PGBinDir) and
 	// removes it at the end: a server other processes use is never
 	// restarted.
 	DBRestarts int
@@ -130,7 +130,7 @@ type Config struct {
 	// mock's (stripe.go): a stand-in speaking Stripe's wire format with
 	// Stripe's semantics, the processes on PSP_URL=stripe+http://….
 	Stripe *StripeDialect
-	// Pooler puts a PgBouncer in transaction mode (harness/pgbouncer)
+	// Pooler puts a PgBouncer in transaction mode (internal/testutil/pgbouncer)
 	// between the api workers and reapers and the database: they run with
 	// DATABASE_POOLER=transaction, the even-numbered ones with a direct
 	// connection for LISTEN (DATABASE_DIRECT_URL), the odd ones polling.
@@ -140,7 +140,7 @@ type Config struct {
 	// pooler's, not its own, in pg_stat_activity).
 	Pooler bool
 	// Formation, if set, is a pg_auto_failover formation
-	// (harness/formation) the run uses instead of a database of its own:
+	// (tools/formation) the run uses instead of a database of its own:
 	// every process gets its multi-host URL, and its primary fails
 	// Failovers times during the load, kill -9 and planned switchover in
 	// turn (failover.go); DBRestarts and AdminURL are not used.
@@ -151,7 +151,7 @@ type Config struct {
 	// the crash meets. 0: none.
 	FailoverLag time.Duration
 	// HistoryFile, if set, is where the run writes every client request
-	// and its answer (gzipped JSON lines, harness/chaos/history) and,
+	// and its answer (gzipped JSON lines, tools/chaos/history) and,
 	// when Porcupine rejects some keys, its drawing of them beside it
 	// (VisualizationPath).
 	HistoryFile string

@@ -13,7 +13,7 @@ import (
 	"github.com/phasepay/phasepay/tools/chaos/history"
 )
 
-// The independent checker (harness/chaos/history): every request the
+// The independent checker (tools/chaos/history): every request the
 // run's clients sent, checked by Porcupine against a model of the
 // idempotent API that knows nothing of phasepay's internals, and the PSPs'
 // books read once at the end. Its verdict is in the summary; a rejection

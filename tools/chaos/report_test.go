@@ -94,5 +94,5 @@ func TestReportLinksTheRejectedHistory(t *testing.T) {
 	require.Contains(t, html, "NOT at most one PSP authorization per charge")
 	require.Contains(t, html, "ch_abc: primary auth_1, secondary auth_2")
 	require.Equal(t, "chaos-history.html", chaos.VisualizationPath("chaos-history.jsonl.gz"))
-	require.Equal(t, "bench/results/failover-async-history.jsonl.gz", chaos.HistoryPath("bench/results/failover-async.json"))
+	require.Equal(t, "tools/results/failover-async-history.jsonl.gz", chaos.HistoryPath("tools/results/failover-async.json"))
 }

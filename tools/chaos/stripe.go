@@ -16,7 +16,7 @@ import (
 // StripeDialect runs the chaos workload against Stripe's dialect: the
 // processes reach their PSP through the Stripe connector
 // (internal/psp/stripepsp, PSP_URL=stripe+http://…), and the PSP is a
-// stand-in that keeps Stripe's semantics (harness/stripestandin): a saved
+// stand-in that keeps Stripe's semantics (tools/stripestandin): a saved
 // answer per key, 500s included, keys forgotten after KeyWindow, a search
 // that lags up to SearchLag. It also serves the mock's admin surface, so
 // faults, outages and the checks are the run's usual ones.

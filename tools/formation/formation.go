@@ -16,7 +16,7 @@
 // started as a child of this process in a process group of its own, so
 // that Kill is a signal to the group and Stop leaves nothing behind. As
 // root (PostgreSQL refuses to run as root) everything runs as the
-// "postgres" user, as in harness/pgcluster. pg_autoctl keeps its state and
+// "postgres" user, as in internal/testutil/pgcluster. pg_autoctl keeps its state and
 // configuration under XDG_CONFIG_HOME and XDG_DATA_HOME, set inside the
 // temporary directory so that formations never see each other.
 //
@@ -53,7 +53,7 @@ import (
 )
 
 // BinDirDefault is where Debian's PostgreSQL 15 packages put pg_ctl and
-// postgres; PGCLUSTER_BIN overrides it, as for harness/pgcluster.
+// postgres; PGCLUSTER_BIN overrides it, as for internal/testutil/pgcluster.
 const BinDirDefault = "/usr/lib/postgresql/15/bin"
 
 // Config says how to build the formation. The zero value is usable.
@@ -77,7 +77,7 @@ type Config struct {
 
 // nodeSettings keep three servers small on a small machine: pg_autoctl
 // sizes shared_buffers from the machine's memory (6 GB each on 24 GB).
-// fsync=off, as in harness/pgcluster, only matters when the machine
+// fsync=off, as in internal/testutil/pgcluster, only matters when the machine
 // itself crashes: a killed postmaster's commits are in the page cache.
 // full_page_writes stays on (pg_rewind, which brings a failed primary back
 // as a standby, needs it), and so does synchronous_commit.

@@ -127,7 +127,7 @@ func (f *Formation) autoctl(ctx context.Context, args ...string) (string, error)
 // they win over its own.
 func appendSettings(pgdata string, settings map[string]string) error {
 	var b bytes.Buffer
-	b.WriteString("\n# harness/formation\n")
+	b.WriteString("\n# tools/formation\n")
 	for k, v := range settings {
 		fmt.Fprintf(&b, "%s = %s\n", k, v)
 	}

@@ -1,5 +1,5 @@
-// Package procs runs phasepay's binaries for the harnesses (harness/chaos,
-// harness/soak): it builds them, starts each as a supervised process that
+// Package procs runs phasepay's binaries for the harnesses (tools/chaos,
+// tools/soak): it builds them, starts each as a supervised process that
 // is restarted whenever it dies and whose every exit is judged planned or
 // not, and spreads a client's attempts over several of them. It holds what
 // the chaos harness wrote for itself, moved here when the soak needed the
@@ -25,7 +25,7 @@ import (
 
 // Build compiles api, reaper and mockpsp into dir with the build tags
 // given (the chaos harness's "chaos", which enables PHASEPAY_CHAOS_CRASH and
-// PHASEPAY_CHAOS_DEFECT, package harness/faults; none for the production
+// PHASEPAY_CHAOS_DEFECT, package internal/testutil/faults; none for the production
 // build). moduleDir is the repository root.
 func Build(ctx context.Context, moduleDir, dir, tags string) error {
 	for _, name := range []string{"api", "reaper", "mockpsp"} {

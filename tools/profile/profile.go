@@ -1,5 +1,5 @@
 // Package profile is `make profile`: what one new charge costs the
-// database, row by row. On a throw-away cluster (harness/pgcluster, with
+// database, row by row. On a throw-away cluster (internal/testutil/pgcluster, with
 // pg_stat_statements and track_io_timing) it migrates the schema, runs the
 // real api and mock PSP, drives new charges and reports per charge each
 // statement's calls and time, each table's inserts and (HOT) updates, each

@@ -3,7 +3,7 @@
 //
 // A run starts a throw-away PostgreSQL cluster of its own (stack.go says
 // why not the shared server), the mock PSP as its own process, api workers
-// and a reaper (built and supervised by harness/procs, as the chaos harness
+// and a reaper (built and supervised by tools/procs, as the chaos harness
 // runs them) and a webhook receiver with two endpoints. It paces a steady
 // mix through the retrying client (load.go): new charges, replays of
 // finished keys, captures and refunds, every one answered through the

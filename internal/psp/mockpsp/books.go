@@ -12,8 +12,8 @@ import (
 // This file is the mock's books and the rules it keeps them by, all under
 // Mock.mu: the request log, the fault rolls, the keys it remembers (until
 // KeyTTL) and the ledger of every operation, and the authorizations and
-// lookups decided against them. The HTTP side is mock_http.go; captures,
-// voids and refunds are mock_operations.go.
+// lookups decided against them. The HTTP side is http.go; captures,
+// voids and refunds are operations.go.
 
 // opKey is a key (an idempotency key or a reference) within one kind.
 type opKey struct {

@@ -149,7 +149,7 @@ func ForTest(t testing.TB, cfg Config) *Bouncer {
 
 // write writes pgbouncer.ini and the auth file, readable by the user the
 // pooler runs as: PgBouncer refuses to run as root, so as root it runs as
-// the postgres user, as harness/pgcluster runs the server.
+// the postgres user, as internal/testutil/pgcluster runs the server.
 func (b *Bouncer) write(server *pgconn.Config) (*syscall.Credential, error) {
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 {

@@ -1,6 +1,6 @@
 // Command bench is `make bench`: phasepay against PostgreSQL's own limits
-// on this machine (harness/bench). It prints a Markdown table and writes
-// the results as JSON to bench/results/.
+// on this machine (tools/bench). It prints a Markdown table and writes
+// the results as JSON to tools/results/.
 //
 // `bench bare` serves the bare baselines (bench.ServeBare): the benchmark
 // re-runs its own executable that way, so that the baselines are a process
@@ -34,7 +34,7 @@ const usage = `Usage: bench [flags]
 ` + "`make bench`" + `: phasepay against PostgreSQL's own limits on this machine. Prints
 a Markdown table and writes the results as JSON.
 
-bench bare serves the bare baselines (harness/bench/bare.go) on BARE_ADDR,
+bench bare serves the bare baselines (tools/bench/bare.go) on BARE_ADDR,
 with DATABASE_URL and PSP_URL, until SIGTERM. The benchmark starts it itself,
 from its own executable, so that the baselines are a process of their own, as
 the api is; run by hand, it is for profiling them.
@@ -57,7 +57,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	admin := fs.String("admin-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL maintenance database")
 	fs.StringVar(&cfg.BinDir, "bin", "bin", "directory with api and mockpsp (make build)")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "duration of each load")
-	out := fs.String("out", "bench/results", "directory for the JSON results")
+	out := fs.String("out", "tools/results", "directory for the JSON results")
 	plots := fs.String("plots", bench.PlotDir, "directory for the plots a complete run draws")
 	quick := fs.Bool("quick", false, "small sizes, for a smoke run")
 	steps := fs.String("steps", "", "comma-separated step name prefixes to run (default all); growth runs the background passes' step alone, writing "+bench.PassesResults+" and its plot")
@@ -131,7 +131,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 // runPlot is `bench plot`: the plots of a results file.
 func runPlot(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench plot", flag.ContinueOnError)
-	results := fs.String("results", "bench/results/latest.json", "the results to draw")
+	results := fs.String("results", "tools/results/latest.json", "the results to draw")
 	out := fs.String("out", bench.PlotDir, "directory for the plots")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage+"\nFlags of bench plot:\n")

@@ -1,4 +1,4 @@
-// Command chaos runs phasepay's chaos harness (harness/chaos): workers
+// Command chaos runs phasepay's chaos harness (tools/chaos): workers
 // killed and frozen mid-phase under PSP faults (503s, lost answers, final
 // failures, failed lookups, a PSP that forgets keys after 2s, outages
 // longer than that and one longer than GIVE_UP_AFTER), and PostgreSQL (a
@@ -11,10 +11,10 @@
 // too-late answers) receives every event, each checked against what
 // committed. It prints a summary table and a one-line verdict, writes the
 // summary as JSON and beside it an HTML report (the faults and what the
-// requests did on one time axis, harness/chaos/report.go), and exits 1 on
+// requests did on one time axis, tools/chaos/report.go), and exits 1 on
 // any violation.
 //
-//	chaos [-seed 1] [-intents 2000] [-concurrency 24] [-db-restarts 3] [-json bench/results/chaos.json]
+//	chaos [-seed 1] [-intents 2000] [-concurrency 24] [-db-restarts 3] [-json tools/results/chaos.json]
 package main
 
 import (

@@ -1,7 +1,7 @@
-// Command failover runs phasepay's chaos workload (harness/chaos: new
+// Command failover runs phasepay's chaos workload (tools/chaos: new
 // charges, payment lives, webhooks, workers killed and frozen under PSP
 // faults) against a throw-away pg_auto_failover formation
-// (harness/formation: a monitor and two data nodes on this machine), with
+// (tools/formation: a monitor and two data nodes on this machine), with
 // every api and reaper on the formation's multi-host URL
 // (target_session_attrs=read-write), and makes the primary fail during
 // the load: kill -9 and planned switchover in turn. It checks what chaos
@@ -9,7 +9,7 @@
 // identical, every request ends, no 500) and measures, per failover, the
 // seconds until writes succeed again and the requests answered 503.
 //
-//	failover [-async] [-failovers 4] [-intents 800] [-json bench/results/failover-sync.json]
+//	failover [-async] [-failovers 4] [-intents 800] [-json tools/results/failover-sync.json]
 //
 // -async disables synchronous replication (replication-quorum false on
 // both nodes): commits the standby had not received when the primary died
@@ -20,7 +20,7 @@
 // PSP down from each kill until 5 s after its promotion, so that every
 // breaker for it is open while the retries of what the kill lost arrive;
 // both record every client request and check it with Porcupine
-// (harness/chaos/history), and report whether at most one PSP holds an
+// (tools/chaos/history), and report whether at most one PSP holds an
 // authorization per charge, failing when one does not.
 package main
 

@@ -1,5 +1,5 @@
 // Command profile is `make profile`: what one new charge costs the
-// database (harness/profile). It prints Markdown tables and writes the
+// database (tools/profile). It prints Markdown tables and writes the
 // result as JSON; with -ab VERSION it profiles the schema migrated up to
 // VERSION against the latest, alternating, and prints B ÷ A.
 package main
@@ -33,7 +33,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.PprofSeconds, "pprof-seconds", 5, "seconds of the api's CPU profile, from the start of the run (0: none)")
 	fs.Int64Var(&cfg.AB, "ab", 0, "A/B: profile the schema migrated up to this version (A) against the latest (B), alternating")
 	fs.IntVar(&cfg.Rounds, "rounds", 2, "A/B rounds (2: A B A B)")
-	jsonPath := fs.String("json", "bench/results/profile.json", "where to write the results (empty: nowhere)")
+	jsonPath := fs.String("json", "tools/results/profile.json", "where to write the results (empty: nowhere)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -1,4 +1,4 @@
-// Command soak runs phasepay under steady load for an hour (harness/soak):
+// Command soak runs phasepay under steady load for an hour (tools/soak):
 // new charges, replays, captures, refunds and webhook deliveries, one api
 // worker killed every few minutes, every process's memory, goroutines,
 // files and connections, each operation's latency, the tables' dead tuples
@@ -10,9 +10,9 @@
 //
 //	soak [-duration 60m] [-sample-every 1m] [-kill-every 3m] [-rate 10] [-bin bin]
 //
-// The results go to bench/results/soak.json and bench/results/soak/ for a
+// The results go to tools/results/soak.json and tools/results/soak/ for a
 // run of an hour or more, and to names that carry the duration otherwise
-// (bench/results/soak-10m.json, bench/results/soak-10m/), so that a short
+// (tools/results/soak-10m.json, tools/results/soak-10m/), so that a short
 // run is never taken for the hour.
 package main
 
@@ -55,8 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the mix")
 	fs.StringVar(&cfg.PGBinDir, "pg-bin", "", "directory with initdb and postgres for the run's cluster (default $PGCLUSTER_BIN, else /usr/lib/postgresql/15/bin)")
 	binDir := fs.String("bin", "", "directory with api, reaper and mockpsp (default: build them)")
-	jsonPath := fs.String("json", "", "results file (default bench/results/soak.json for an hour or more, else bench/results/soak-<duration>.json)")
-	plotDir := fs.String("plots", "", "directory of the plots (default bench/results/soak/, else bench/results/soak-<duration>/)")
+	jsonPath := fs.String("json", "", "results file (default tools/results/soak.json for an hour or more, else tools/results/soak-<duration>.json)")
+	plotDir := fs.String("plots", "", "directory of the plots (default tools/results/soak/, else tools/results/soak-<duration>/)")
 	replot := fs.String("replot", "", "run nothing: draw the plots of this results file again (into -plots, default beside it)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: soak [flags]\n\nRuns phasepay under a steady mix for -duration, samples every process and the\ndatabase every -sample-every, and judges whether any series climbs over the\nlast -window of the run. Exit status: 0 every series flat, 1 a series climbing,\nan operation without its expected end, or an error, 2 usage.\n\nFlags:\n")
@@ -84,10 +84,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		name += "-" + shortDuration(cfg.Duration)
 	}
 	if *jsonPath == "" {
-		*jsonPath = filepath.Join("bench", "results", name+".json")
+		*jsonPath = filepath.Join("tools", "results", name+".json")
 	}
 	if *plotDir == "" {
-		*plotDir = filepath.Join("bench", "results", name)
+		*plotDir = filepath.Join("tools", "results", name)
 	}
 	cfg.Progress = stderr
 

@@ -1,4 +1,4 @@
-package console_test
+package consolebrowser_test
 
 import (
 	"bytes"
@@ -24,6 +24,7 @@ import (
 	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/reaper"
 	"github.com/phasepay/phasepay/internal/testutil/chargestest"
+	"github.com/phasepay/phasepay/internal/testutil/consoletest"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
@@ -43,7 +44,7 @@ var screenshots = flag.String("screenshots", "", "directory to write the console
 // and is photographed.
 func TestEveryPageRendersInABrowser(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := consoletest.NewWorld(t)
 	chargeID, takenOver, endpointID := seedShowcase(t, w)
 
 	dir := *screenshots
@@ -108,7 +109,7 @@ func timelineDrawnClear(t *testing.T, browser context.Context) {
 
 // seedShowcase makes what the screenshots show, and returns the captured
 // charge's id, the key a reaper took over and the webhook endpoint's id.
-func seedShowcase(t *testing.T, w *world) (chargeID, takenOver, endpointID string) {
+func seedShowcase(t *testing.T, w *consoletest.World) (chargeID, takenOver, endpointID string) {
 	t.Helper()
 	ctx := context.Background()
 	// An endpoint that fails each event's first delivery.
@@ -125,16 +126,16 @@ func seedShowcase(t *testing.T, w *world) (chargeID, takenOver, endpointID strin
 	require.NoError(t, err)
 	endpointID = ep.ID
 
-	svc := w.service(t, idempotency.Config{})
-	res := charge(t, svc, w.Tenant, "order-1001", `{"amount":4200,"currency":"eur","payment_method":"pm_card_visa","description":"annual plan"}`)
+	svc := w.Service(t, idempotency.Config{})
+	res := consoletest.Charge(t, svc, w.Tenant, "order-1001", `{"amount":4200,"currency":"eur","payment_method":"pm_card_visa","description":"annual plan"}`)
 	chargeID = chargeOf(t, res)
 	_, err = svc.Capture(ctx, w.Tenant, "order-1001-capture", chargeID, phases.AsSent([]byte(`{}`)))
 	require.NoError(t, err)
 	_, err = svc.Refund(ctx, w.Tenant, "order-1001-refund-1", phases.AsSent([]byte(`{"charge":"`+chargeID+`","amount":1200}`)))
 	require.NoError(t, err)
-	charge(t, svc, w.Tenant, "order-1002", `{"amount":990,"currency":"usd","payment_method":"pm_card_chargeDeclined"}`)
+	consoletest.Charge(t, svc, w.Tenant, "order-1002", `{"amount":990,"currency":"usd","payment_method":"pm_card_chargeDeclined"}`)
 	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
-	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "order-1003", visa)
+	consoletest.Charge(t, w.Service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "order-1003", consoletest.Visa)
 	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
 
 	// A worker that dies right after a slow PSP answered (its heartbeat
@@ -145,7 +146,7 @@ func seedShowcase(t *testing.T, w *world) (chargeID, takenOver, endpointID strin
 	require.NoError(t, err)
 	crashing := chargestest.NewService(t, w.Live, api, w.PSP, phases.Config{CrashHook: phasestest.CrashAt(phases.CrashAfterCall)})
 	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{LatencyMS: 500}))
-	_, err = crashing.Create(ctx, w.Tenant, takenOver, phases.AsSent([]byte(visa)))
+	_, err = crashing.Create(ctx, w.Tenant, takenOver, phases.AsSent([]byte(consoletest.Visa)))
 	require.ErrorIs(t, err, phasestest.ErrCrash)
 	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
 	time.Sleep(1100 * time.Millisecond)

@@ -1,4 +1,4 @@
-package console_test
+package consolebrowser_test
 
 import (
 	"context"
@@ -19,13 +19,15 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/phasepay/phasepay/internal/testutil/consoletest"
 )
 
 // The browser: one headless Chromium for the package's tests, a tab each.
 // Debian's chromium where it is installed (scripts/install-chromium; make
 // test and make chromium run it); where it is not, chromedp's published
 // headless-shell image through testcontainers-go, where a Docker daemon
-// is configured, as harness/testdb falls back to a PostgreSQL container.
+// is configured, as internal/testutil/testdb falls back to a PostgreSQL container.
 
 var (
 	browserOnce  sync.Once
@@ -157,6 +159,6 @@ func tab(t *testing.T, base string) context.Context {
 	t.Cleanup(cancel)
 	ctx, cancelT := context.WithTimeout(ctx, 30*time.Second)
 	t.Cleanup(cancelT)
-	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/login?token="+url.QueryEscape(testToken))))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/login?token="+url.QueryEscape(consoletest.Token))))
 	return ctx
 }

@@ -1,4 +1,4 @@
-package console_test
+package consolebrowser_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testutil/consoletest"
 )
 
 // An operator resolves a needs_attention request from its page, in a real
@@ -20,10 +21,10 @@ import (
 // gets.
 func TestResolveFromThePageRecordsTheAudit(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := consoletest.NewWorld(t)
 	ctx := context.Background()
 	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
-	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", visa)
+	consoletest.Charge(t, w.Service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", consoletest.Visa)
 	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
 
 	browser := tab(t, w.Base)

@@ -1,4 +1,4 @@
-package console_test
+package consolebrowser_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testutil/consoletest"
 )
 
 // An operator retries a needs_attention request from its page, in a real
@@ -22,10 +23,10 @@ import (
 // under "console".
 func TestRetryFromThePageRecordsTheOperator(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := consoletest.NewWorld(t)
 	ctx := context.Background()
 	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
-	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", visa)
+	consoletest.Charge(t, w.Service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", consoletest.Visa)
 
 	browser := tab(t, w.Base)
 	require.NoError(t, chromedp.Do(browser, chromedp.Navigate(w.Base+"/request?tenant=t&key=stuck-1"),
@@ -49,12 +50,12 @@ func TestRetryFromThePageRecordsTheOperator(t *testing.T) {
 // is: nothing is made due, and the timeline gains no entry.
 func TestRetryWithoutANameIsRefused(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := consoletest.NewWorld(t)
 	ctx := context.Background()
 	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
-	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", visa)
-	c := w.client(t)
-	_, page := get(t, c, w.Base+"/request?tenant=t&key=stuck-1")
+	consoletest.Charge(t, w.Service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", consoletest.Visa)
+	c := w.Client(t)
+	_, page := consoletest.Get(t, c, w.Base+"/request?tenant=t&key=stuck-1")
 	require.Regexp(t, `(?s)id="retry-form".*name="by" required`, page, "the form asks for the name")
 	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
 	require.Len(t, m, 2)

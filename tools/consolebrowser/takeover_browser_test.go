@@ -1,4 +1,4 @@
-package console_test
+package consolebrowser_test
 
 import (
 	"bufio"
@@ -25,6 +25,7 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/testutil/consoletest"
 	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
@@ -56,7 +57,7 @@ func TestTakeoverShowsBothHoldersAndTheRecoveryPointsInOrder(t *testing.T) {
 	api := startProc(t, bin, "api", append(env, "API_ADDR="+apiAddr), "serve")
 	waitHTTP(t, "http://"+apiAddr+"/healthz")
 	go func() {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+apiAddr+"/v1/charges", strings.NewReader(visa))
+		req, _ := http.NewRequest(http.MethodPost, "http://"+apiAddr+"/v1/charges", strings.NewReader(consoletest.Visa))
 		req.Header.Set("Authorization", "Bearer "+apiKey)
 		req.Header.Set("Idempotency-Key", "kill-1")
 		req.Header.Set("Content-Type", "application/json")
@@ -97,7 +98,7 @@ func TestTakeoverShowsBothHoldersAndTheRecoveryPointsInOrder(t *testing.T) {
 	require.Equal(t, "finished", kinds[len(kinds)-1], "finished by the reaper")
 
 	// The console, as an operator starts it.
-	console := startProc(t, bin, "api", append(env, "CONSOLE_ADDR=127.0.0.1:0", "CONSOLE_TOKEN="+testToken), "console")
+	console := startProc(t, bin, "api", append(env, "CONSOLE_ADDR=127.0.0.1:0", "CONSOLE_TOKEN="+consoletest.Token), "console")
 	base := console.waitLine(t, "console: ")
 	base = strings.TrimSuffix(strings.TrimPrefix(base, "console: "), "/")
 
@@ -173,7 +174,10 @@ func buildBinaries(t *testing.T) string {
 		)
 		for i, name := range []string{"api", "reaper"} {
 			wg.Go(func() {
-				out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, name), "../../cmd/"+name).CombinedOutput()
+				// At the repository's root: the service's module builds them.
+				cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, name), "./cmd/"+name)
+				cmd.Dir = filepath.Join("..", "..")
+				out, err := cmd.CombinedOutput()
 				if err != nil {
 					errs[i] = fmt.Errorf("build %s: %w\n%s", name, err, out)
 				}

@@ -1,4 +1,4 @@
-package console_test
+package consolebrowser_test
 
 import (
 	"bufio"
@@ -19,14 +19,15 @@ import (
 
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testutil/consoletest"
 )
 
 // storeAnswer finishes a new key of tenant t with body as its stored
 // answer, as a request would have.
-func storeAnswer(t *testing.T, w *world, key, body string) {
+func storeAnswer(t *testing.T, w *consoletest.World, key, body string) {
 	t.Helper()
 	ctx := context.Background()
-	req, err := idempotency.Canonicalize("POST", "/v1/charges", []byte(visa))
+	req, err := idempotency.Canonicalize("POST", "/v1/charges", []byte(consoletest.Visa))
 	require.NoError(t, err)
 	require.NoError(t, pgx.BeginFunc(ctx, w.Live, func(tx pgx.Tx) error {
 		rec, _, err := w.Keys.Claim(ctx, tx, idempotency.ClaimParams{TenantID: w.Tenant, Key: key, Request: req})
@@ -49,7 +50,7 @@ func storeAnswer(t *testing.T, w *world, key, body string) {
 // the update, with the answer's text in it.
 func TestLiveUpdateSplitsLinesWhereTheBrowserDoes(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := consoletest.NewWorld(t)
 	const body = "upstream said\rretry: 3600000\r\nevent: hijack\rid: 7\r\ndata: <b>bold</b>\nend of answer"
 	storeAnswer(t, w, "cr-1", body)
 	page := w.Base + "/request?tenant=t&key=cr-1"
@@ -58,7 +59,7 @@ func TestLiveUpdateSplitsLinesWhereTheBrowserDoes(t *testing.T) {
 	req, err := http.NewRequest(http.MethodGet, page, nil)
 	require.NoError(t, err)
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Authorization", "Bearer "+consoletest.Token)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -78,7 +79,7 @@ func TestLiveUpdateSplitsLinesWhereTheBrowserDoes(t *testing.T) {
 	}
 
 	// The page in a browser takes the update.
-	status, html := get(t, &http.Client{}, page, "Authorization", "Bearer "+testToken)
+	status, html := consoletest.Get(t, &http.Client{}, page, "Authorization", "Bearer "+consoletest.Token)
 	require.Equal(t, http.StatusOK, status, html)
 	browser := tab(t, w.Base)
 	require.NoError(t, chromedp.Do(browser, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#answer"))))
@@ -97,9 +98,9 @@ func TestLiveUpdateSplitsLinesWhereTheBrowserDoes(t *testing.T) {
 // reload posted the form again.
 func TestRefusedActionRedirectsWithItsReason(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := consoletest.NewWorld(t)
 	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
-	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", visa)
+	consoletest.Charge(t, w.Service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", consoletest.Visa)
 	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
 
 	browser := tab(t, w.Base)
@@ -145,7 +146,7 @@ func TestRefusedActionRedirectsWithItsReason(t *testing.T) {
 // whatever the browser's time zone.
 func TestLiveClockIsUTC(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := consoletest.NewWorld(t)
 	browser := tab(t, w.Base)
 	_, err := chromedp.Call(browser, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "Asia/Tokyo"}) // UTC+9
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package console_test
+package consolebrowser_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/testutil/chargestest"
+	"github.com/phasepay/phasepay/internal/testutil/consoletest"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
@@ -22,7 +23,7 @@ import (
 // by itself (live updates), without a reload.
 func TestOverviewCountsMatchTheDatabase(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := consoletest.NewWorld(t)
 	ctx := context.Background()
 	// No deliverer runs: every event's delivery stays in the backlog.
 	_, err := webhooks.Create(ctx, w.Live, w.Tenant, "https://hooks.example/phasepay", []string{"*"})
@@ -30,14 +31,14 @@ func TestOverviewCountsMatchTheDatabase(t *testing.T) {
 
 	// One request of each kind the overview counts.
 	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
-	charge(t, w.service(t, idempotency.Config{RetryBase: time.Hour, RetryMax: time.Hour}), w.Tenant, "waiting-1", visa)
-	charge(t, w.service(t, idempotency.Config{RetryBase: time.Millisecond, RetryMax: time.Millisecond}), w.Tenant, "due-1", visa)
-	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", visa)
+	consoletest.Charge(t, w.Service(t, idempotency.Config{RetryBase: time.Hour, RetryMax: time.Hour}), w.Tenant, "waiting-1", consoletest.Visa)
+	consoletest.Charge(t, w.Service(t, idempotency.Config{RetryBase: time.Millisecond, RetryMax: time.Millisecond}), w.Tenant, "due-1", consoletest.Visa)
+	consoletest.Charge(t, w.Service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", consoletest.Visa)
 	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
-	svc := w.service(t, idempotency.Config{})
-	charge(t, svc, w.Tenant, "done-1", visa)
-	charge(t, svc, w.Tenant, "done-2", visa)
-	charge(t, svc, w.Tenant, "declined-1", `{"amount":1000,"currency":"usd","payment_method":"pm_card_chargeDeclined"}`)
+	svc := w.Service(t, idempotency.Config{})
+	consoletest.Charge(t, svc, w.Tenant, "done-1", consoletest.Visa)
+	consoletest.Charge(t, svc, w.Tenant, "done-2", consoletest.Visa)
+	consoletest.Charge(t, svc, w.Tenant, "declined-1", `{"amount":1000,"currency":"usd","payment_method":"pm_card_chargeDeclined"}`)
 	holdLease(t, w, "in-flight-1")
 
 	type counts struct{ inFlight, due, waiting, needsAttention, pending, started int }
@@ -107,10 +108,10 @@ func poll(t *testing.T, ctx context.Context, expr string, within time.Duration) 
 }
 
 // holdLease claims a key and keeps it: in flight for a minute.
-func holdLease(t *testing.T, w *world, key string) {
+func holdLease(t *testing.T, w *consoletest.World, key string) {
 	t.Helper()
 	ctx := context.Background()
-	req, _ := chargestest.Request(t, visa)
+	req, _ := chargestest.Request(t, consoletest.Visa)
 	require.NoError(t, pgx.BeginFunc(ctx, w.Live, func(tx pgx.Tx) error {
 		_, _, err := w.Keys.Claim(ctx, tx, idempotency.ClaimParams{TenantID: w.Tenant, Key: key, Request: req})
 		return err
