@@ -1,5 +1,9 @@
 module github.com/phasepay/phasepay/tools
 
+// The tools that drive phasepay (chaos, failover, bench, soak, profile and
+// the console's tests in a browser) and what only they use: a module of its
+// own, so that the browser driver and the plotting stay out of the
+// service's go.mod.
 go 1.26.0
 
 require (

@@ -8,8 +8,9 @@ import (
 )
 
 // chaosDefect, in binaries built with the chaos tag, wraps the PSP in the
-// deliberate defect PHASEPAY_CHAOS_DEFECT names (package internal/testutil/faults),
-// so that a reaper drives keys with the same defect as the api workers.
+// deliberate defect PHASEPAY_CHAOS_DEFECT names (package
+// internal/testutil/faults), so that a reaper drives keys with the same
+// defect as the api workers.
 func chaosDefect(getenv func(string) string) (func(charges.Authorizer) (charges.Authorizer, error), error) {
 	if getenv("PHASEPAY_CHAOS_DEFECT") == "" {
 		return nil, nil

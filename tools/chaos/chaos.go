@@ -87,8 +87,9 @@ type Config struct {
 	// BinDir holds api, reaper and mockpsp built by Build.
 	BinDir string
 	// Defect, if set, runs the api workers and reapers with a deliberate
-	// defect (internal/testutil/faults: DefectFreshPSPKey, DefectFailoverOnUnknown),
-	// to show that the harness catches what it breaks.
+	// defect (internal/testutil/faults: DefectFreshPSPKey,
+	// DefectFailoverOnUnknown), to show that the harness catches what it
+	// breaks.
 	Defect string
 	// AdminURL is a PostgreSQL connection string on which the run creates
 	// (and afterwards drops) a fresh database. Unused when DBRestarts > 0.

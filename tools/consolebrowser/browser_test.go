@@ -26,8 +26,9 @@ import (
 // The browser: one headless Chromium for the package's tests, a tab each.
 // Debian's chromium where it is installed (scripts/install-chromium; make
 // test and make chromium run it); where it is not, chromedp's published
-// headless-shell image through testcontainers-go, where a Docker daemon
-// is configured, as internal/testutil/testdb falls back to a PostgreSQL container.
+// headless-shell image through testcontainers-go, where a Docker daemon is
+// configured, as internal/testutil/testdb falls back to a PostgreSQL
+// container.
 
 var (
 	browserOnce  sync.Once

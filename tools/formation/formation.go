@@ -13,10 +13,10 @@
 //	fo, err = f.Switchover(ctx)            // pg_autoctl perform switchover
 //
 // Each node is a `pg_autoctl run` (the keeper, which runs its PostgreSQL)
-// started as a child of this process in a process group of its own, so
-// that Kill is a signal to the group and Stop leaves nothing behind. As
-// root (PostgreSQL refuses to run as root) everything runs as the
-// "postgres" user, as in internal/testutil/pgcluster. pg_autoctl keeps its state and
+// started as a child of this process in a process group of its own, so that
+// Kill is a signal to the group and Stop leaves nothing behind. As root
+// (PostgreSQL refuses to run as root) everything runs as the "postgres" user,
+// as in internal/testutil/pgcluster. pg_autoctl keeps its state and
 // configuration under XDG_CONFIG_HOME and XDG_DATA_HOME, set inside the
 // temporary directory so that formations never see each other.
 //

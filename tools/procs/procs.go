@@ -23,10 +23,10 @@ import (
 	"time"
 )
 
-// Build compiles api, reaper and mockpsp into dir with the build tags
-// given (the chaos harness's "chaos", which enables PHASEPAY_CHAOS_CRASH and
-// PHASEPAY_CHAOS_DEFECT, package internal/testutil/faults; none for the production
-// build). moduleDir is the repository root.
+// Build compiles api, reaper and mockpsp into dir with the build tags given
+// (the chaos harness's "chaos", which enables PHASEPAY_CHAOS_CRASH and
+// PHASEPAY_CHAOS_DEFECT, package internal/testutil/faults; none for the
+// production build). moduleDir is the repository root.
 func Build(ctx context.Context, moduleDir, dir, tags string) error {
 	for _, name := range []string{"api", "reaper", "mockpsp"} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-tags", tags, "-o", filepath.Join(dir, name), "./cmd/"+name)

@@ -1,12 +1,12 @@
-// Package profile is `make profile`: what one new charge costs the
-// database, row by row. On a throw-away cluster (internal/testutil/pgcluster, with
+// Package profile is `make profile`: what one new charge costs the database,
+// row by row. On a throw-away cluster (internal/testutil/pgcluster, with
 // pg_stat_statements and track_io_timing) it migrates the schema, runs the
 // real api and mock PSP, drives new charges and reports per charge each
 // statement's calls and time, each table's inserts and (HOT) updates, each
-// index's entries (counted in the WAL with pg_waldump), the WAL's bytes
-// and full-page images, the database's and the api's CPU, and the api's
-// CPU profile. Its A/B mode (Config.AB) runs a schema migrated up to a
-// version against the latest, alternating, to measure one migration.
+// index's entries (counted in the WAL with pg_waldump), the WAL's bytes and
+// full-page images, the database's and the api's CPU, and the api's CPU
+// profile. Its A/B mode (Config.AB) runs a schema migrated up to a version
+// against the latest, alternating, to measure one migration.
 package profile
 
 import (
