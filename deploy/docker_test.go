@@ -289,4 +289,10 @@ func TestDockerignore(t *testing.T) {
 	for _, rel := range needed {
 		assert.False(t, dockerignored(patterns, rel), "%s excludes %s, which the build needs", dockerignorePath, rel)
 	}
+
+	// The service's module builds alone: not the workspace, which would
+	// bring the tools' module (and its browser driver) into the build.
+	for _, rel := range []string{"go.work", "tools/go.mod"} {
+		assert.True(t, dockerignored(patterns, rel), "%s leaves %s in the build context", dockerignorePath, rel)
+	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 const visa = `{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v82/webhook"
 
-	"github.com/phasepay/phasepay/harness/stripemock"
-	"github.com/phasepay/phasepay/harness/testdb"
+	"github.com/phasepay/phasepay/internal/testutil/stripemock"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // TestStackOnStripeMock runs api and reaper processes on a Stripe PSP,

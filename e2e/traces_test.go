@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // consoleSpan is the part of a span that stdouttrace prints which this test

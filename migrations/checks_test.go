@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // 00035 replaced the CHECKs of idempotency_keys and charges with one each,

@@ -24,7 +24,7 @@ var FS embed.FS
 func Up(ctx context.Context, db *sql.DB) error { return UpTo(ctx, db, 0) }
 
 // UpTo applies the pending migrations up to version and including it; 0
-// means every one (Up). The profile's A/B mode (harness/profile) compares
+// means every one (Up). The profile's A/B mode (tools/profile) compares
 // a schema without a migration against one with it.
 func UpTo(ctx context.Context, db *sql.DB, version int64) error {
 	locker, err := lock.NewPostgresSessionLocker()

@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // closedAddr returns a loopback host and port on which nothing listens.

@@ -21,11 +21,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/phases"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // unreachableDB is a connection string nothing answers at, so that a
@@ -231,7 +231,7 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const key = "drain-1"
-	require.NoError(t, b.psp.SetFaults(psp.Faults{LatencyMS: 1000}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{LatencyMS: 1000}))
 
 	inFlight := b.postAsync(t, key, visaBody)
 	b.waitAuthorizing(t, 1)

@@ -9,7 +9,7 @@ import (
 	"github.com/phasepay/phasepay/internal/envconfig"
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/routing"
 )
 
@@ -70,7 +70,7 @@ type Config struct {
 const (
 	DatabaseURLDefault = dbpool.DatabaseURLDefault
 	AddrDefault        = "127.0.0.1:8080"
-	MockPSPAddrDefault = psp.MockAddrDefault
+	MockPSPAddrDefault = mockpsp.AddrDefault
 	LeaseDefault       = 60 * time.Second
 )
 

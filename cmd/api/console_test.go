@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // The console's token is the operator's own: too short a one, or a

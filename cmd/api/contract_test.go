@@ -15,8 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // Request bodies. visaBody is authorized by the mock PSP, declinedBody
@@ -163,7 +164,7 @@ func TestSameKeyWhileRunningIs409(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const latency = 1500 * time.Millisecond
-	require.NoError(t, b.psp.SetFaults(psp.Faults{LatencyMS: int(latency.Milliseconds())}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{LatencyMS: int(latency.Milliseconds())}))
 
 	first := b.postAsync(t, "busy-1", visaBody)
 	b.waitAuthorizing(t, 1)
@@ -204,8 +205,8 @@ func TestSameKeyDifferentRequestIs422(t *testing.T) {
 	})
 
 	t.Run("running", func(t *testing.T) {
-		require.NoError(t, b.psp.SetFaults(psp.Faults{LatencyMS: 1500}))
-		defer func() { require.NoError(t, b.psp.SetFaults(psp.Faults{})) }()
+		require.NoError(t, b.psp.SetFaults(mockpsp.Faults{LatencyMS: 1500}))
+		defer func() { require.NoError(t, b.psp.SetFaults(mockpsp.Faults{})) }()
 		before := len(b.psp.Authorizations())
 		first := b.postAsync(t, "diff-2", visaBody)
 		b.waitAuthorizing(t, before+1)
@@ -344,7 +345,7 @@ func TestPSPUnavailableIs503AndResumes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const key = "outage-1"
-	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 
 	r := b.post(t, key, visaBody)
 	requireProblem(t, r, http.StatusServiceUnavailable, "psp_unavailable")
@@ -370,7 +371,7 @@ func TestPSPUnavailableIs503AndResumes(t *testing.T) {
 	// A 503 is not stored: the retry resumes at charge_created, once its
 	// next attempt is due; before that it is told to wait, and nothing is
 	// sent.
-	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{}))
 	early := b.post(t, key, visaBody)
 	requireProblem(t, early, http.StatusServiceUnavailable, "psp_unavailable")
 	require.Empty(t, b.psp.Authorizations())
@@ -404,7 +405,7 @@ func TestLostPSPResponseNeverChargesTwice(t *testing.T) {
 	// The PSP authorizes, then hangs up before answering, every time; the
 	// request's own lookup by reference finds the authorization: 201 at
 	// once, and nothing sent twice.
-	require.NoError(t, b.psp.SetFaults(psp.Faults{DropRate: 1}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{DropRate: 1}))
 	found := b.post(t, "lost-found", visaBody)
 	require.Equal(t, http.StatusCreated, found.status, "body: %s", found.body)
 	fc := decodeCharge(t, found.body)
@@ -414,7 +415,7 @@ func TestLostPSPResponseNeverChargesTwice(t *testing.T) {
 	require.Equal(t, fl[0].ID, *fc.PSPReference)
 
 	// Now the lookups fail too: the outcome stays unknown, 503.
-	require.NoError(t, b.psp.SetFaults(psp.Faults{DropRate: 1, LookupErrorRate: 1}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{DropRate: 1, LookupErrorRate: 1}))
 	r := b.post(t, key, visaBody)
 	requireProblem(t, r, http.StatusServiceUnavailable, "psp_unavailable")
 	requireRetryAfter(t, r)
@@ -422,7 +423,7 @@ func TestLostPSPResponseNeverChargesTwice(t *testing.T) {
 	require.Len(t, lost, 1, "the PSP did authorize; only its answer was lost")
 	require.Equal(t, "charge_created", b.keyState(t, key).RecoveryPoint)
 
-	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{}))
 	waitRetryAfter(t, r)
 	retry := b.post(t, key, visaBody)
 	require.Equal(t, http.StatusCreated, retry.status, "body: %s", retry.body)

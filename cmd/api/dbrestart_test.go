@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/pgcluster"
+	"github.com/phasepay/phasepay/internal/testutil/pgcluster"
 	"github.com/phasepay/phasepay/migrations"
 )
 

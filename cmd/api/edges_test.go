@@ -14,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/httpapi"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // runWithin is runCmd that fails the test if the command has not returned

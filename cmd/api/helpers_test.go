@@ -19,9 +19,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/phasepay/phasepay/api/apitest"
-	"github.com/phasepay/phasepay/harness/testdb"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // Every server, pool, client connection and PSP call a test starts is
@@ -45,7 +45,7 @@ type testBundle struct {
 	key    string
 	tenant tenants.Tenant
 	// psp is the server's embedded mock PSP: its faults and its ledger.
-	psp *psp.Mock
+	psp *mockpsp.Mock
 	// pool is the test's own pool on the server's database, for direct
 	// assertions; it never shares a connection with the server.
 	pool *pgxpool.Pool
@@ -300,8 +300,8 @@ func (b *testBundle) waitAuthorizing(t *testing.T, n int) {
 }
 
 // ledgerFor returns the PSP's authorizations for one charge.
-func (b *testBundle) ledgerFor(chargeID string) []psp.LedgerEntry {
-	var out []psp.LedgerEntry
+func (b *testBundle) ledgerFor(chargeID string) []mockpsp.LedgerEntry {
+	var out []mockpsp.LedgerEntry
 	for _, e := range b.psp.Authorizations() {
 		if e.Reference == chargeID {
 			out = append(out, e)

@@ -18,9 +18,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/pgcluster"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/testutil/pgcluster"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 	"github.com/phasepay/phasepay/migrations"
 )
 

@@ -19,9 +19,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // internalAnswer is a PSP (or the proxy in front of it) answering 503 with

@@ -15,7 +15,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/phases/phasestest"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 )
 
 // TestConcurrentDuplicatesExecuteOnce: a client that retries aggressively
@@ -92,7 +92,7 @@ func TestClaimCommittedBeforeWork(t *testing.T) {
 		key     = "slow-1"
 		latency = 2 * time.Second
 	)
-	require.NoError(t, b.psp.SetFaults(psp.Faults{LatencyMS: int(latency.Milliseconds())}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{LatencyMS: int(latency.Milliseconds())}))
 
 	first := b.postAsync(t, key, visaBody)
 	b.waitAuthorizing(t, 1)
@@ -147,7 +147,7 @@ func TestReplayWithDifferentParametersIs422(t *testing.T) {
 		"metadata value":      strings.Replace(visaBody, `{"order":"42"}`, `{"order":"43"}`, 1),
 		"metadata added":      strings.Replace(visaBody, `{"order":"42"}`, `{"order":"42","x":"y"}`, 1),
 		"metadata empty":      strings.Replace(visaBody, `{"order":"42"}`, `{}`, 1),
-		"declining card":      strings.Replace(visaBody, `pm_card_visa`, psp.PaymentMethodDeclined, 1),
+		"declining card":      strings.Replace(visaBody, `pm_card_visa`, mockpsp.PaymentMethodDeclined, 1),
 	}
 	t.Run("group", func(t *testing.T) {
 		for name, body := range variants {
@@ -176,7 +176,7 @@ func TestClientHangupDoesNotAbortCharge(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const key = "hangup-1"
-	require.NoError(t, b.psp.SetFaults(psp.Faults{LatencyMS: 1000}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{LatencyMS: 1000}))
 
 	ctx, hangUp := context.WithCancel(t.Context())
 	gone := make(chan error, 1)

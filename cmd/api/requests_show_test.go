@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/timeline"
 )
 
@@ -24,10 +24,10 @@ func TestRequestsShowPrintsTheTimeline(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const key = "show-1"
-	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	first := b.post(t, key, visaBody)
 	requireProblem(t, first, http.StatusServiceUnavailable, "psp_unavailable")
-	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{}))
 	waitRetryAfter(t, first)
 	require.Equal(t, http.StatusCreated, b.post(t, key, visaBody).status)
 

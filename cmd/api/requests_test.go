@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 )
 
 // How requests that do not finish by themselves are seen and settled: the
@@ -82,7 +82,7 @@ func TestPSPOutageAnswersRetryAfterUntilDue(t *testing.T) {
 	b := setup(t)
 	const key = "outage-1"
 
-	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	first := b.post(t, key, visaBody)
 	p := requireProblem(t, first, http.StatusServiceUnavailable, "psp_unavailable")
 	requireRetryAfter(t, first)
@@ -96,7 +96,7 @@ func TestPSPOutageAnswersRetryAfterUntilDue(t *testing.T) {
 	require.NotNil(t, doc.NextAttemptAt)
 	require.NotNil(t, doc.LastError)
 
-	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{}))
 	requests := len(b.psp.Requests())
 	early := b.post(t, key, visaBody)
 	ep := requireProblem(t, early, http.StatusServiceUnavailable, "psp_unavailable")
@@ -126,7 +126,7 @@ func TestTenantListsItsKeys(t *testing.T) {
 		r := b.post(t, "list-"+strconv.Itoa(i), visaBody)
 		require.Equal(t, http.StatusCreated, r.status)
 	}
-	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	requireProblem(t, b.post(t, "list-outage", visaBody), http.StatusServiceUnavailable, "psp_unavailable")
 
 	type page struct {
@@ -164,7 +164,7 @@ func TestTenantListsItsKeys(t *testing.T) {
 
 	// A key may hold any visible ASCII, '/' included: its path is
 	// percent-encoded. (Unchecked: the OpenAPI router matches decoded paths.)
-	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{}))
 	require.Equal(t, http.StatusCreated, b.post(t, "order/7?x=1", visaBody).status)
 	status, _, body := b.doUnchecked(t, http.MethodGet, "/v1/idempotency_keys/"+url.PathEscape("order/7?x=1"), nil, nil)
 	require.Equal(t, http.StatusOK, status, "body: %s", body)
@@ -175,7 +175,7 @@ func TestTenantListsItsKeys(t *testing.T) {
 	require.Equal(t, "list-outage", unfinished.Data[0].Key)
 	require.Len(t, get("?state=completed&limit=100").Data, 6)
 	require.Len(t, get("?state=done&limit=100").Data, 6, "done is an alias of completed")
-	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{}))
 
 	status, _, body = b.do(t, http.MethodGet, "/v1/idempotency_keys?state=bogus", nil, nil)
 	require.Equal(t, http.StatusBadRequest, status, "body: %s", body)
@@ -202,10 +202,10 @@ func TestGiveUpMovesToNeedsAttentionAndOperatorResolves(t *testing.T) {
 	pspURL := m.MockPSPURL()
 	const key = "stuck-1"
 
-	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	first := b.post(t, key, visaBody)
 	requireProblem(t, first, http.StatusServiceUnavailable, "payment_unresolved")
-	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{}))
 	requests := len(b.psp.Requests())
 	again := b.post(t, key, visaBody)
 	requireProblem(t, again, http.StatusServiceUnavailable, "payment_unresolved")
@@ -308,9 +308,9 @@ func TestOperatorRetryMakesNextAttemptDue(t *testing.T) {
 	var m *Main
 	b := setup(t, func(mm *Main) { m = mm; mm.Config.GiveUpAfter = time.Millisecond })
 	const key = "stuck-2"
-	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	requireProblem(t, b.post(t, key, visaBody), http.StatusServiceUnavailable, "payment_unresolved")
-	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{}))
 
 	code, out, errOut := b.cli(t, m.MockPSPURL(), "requests", "retry", "acme", key)
 	require.Zero(t, code, errOut)
@@ -424,11 +424,11 @@ func TestResolveWithoutByRecordsTheAccount(t *testing.T) {
 	b := setup(t, func(mm *Main) { m = mm; mm.Config.GiveUpAfter = time.Millisecond })
 	account, err := user.Current()
 	require.NoError(t, err)
-	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	for _, key := range []string{"by-user", "by-account"} {
 		requireProblem(t, b.post(t, key, visaBody), http.StatusServiceUnavailable, "payment_unresolved")
 	}
-	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{}))
 
 	for key, env := range map[string]map[string]string{
 		"by-user":    {"PSP_URL": m.MockPSPURL(), "USER": "ops-sam"},

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 )
 
 // `requests resolve` of a capture's key, as the operator runs it: the
@@ -31,9 +31,9 @@ func TestResolveCaptureKeyFromTheCommandLine(t *testing.T) {
 			map[string]string{"Idempotency-Key": "cap"}, []byte(`{"amount":600}`))
 		return response{status, h, body}
 	}
-	require.NoError(t, b.psp.SetFaults(psp.Faults{DropRate: 1, LookupErrorRate: 1}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{DropRate: 1, LookupErrorRate: 1}))
 	requireProblem(t, capture(), http.StatusServiceUnavailable, "payment_unresolved")
-	require.NoError(t, b.psp.SetFaults(psp.Faults{}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{}))
 	captures := b.psp.Captures()
 	require.Len(t, captures, 1, "the PSP captured; its answer was lost")
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/routing"
 )
 
@@ -18,9 +18,9 @@ import (
 // goes to the secondary too.
 func TestChargeFailsOverThroughHTTP(t *testing.T) {
 	t.Parallel()
-	primary, err := psp.NewMock(psp.Faults{RejectRate: 1})
+	primary, err := mockpsp.New(mockpsp.Faults{RejectRate: 1})
 	require.NoError(t, err)
-	secondary, err := psp.NewMock(psp.Faults{})
+	secondary, err := mockpsp.New(mockpsp.Faults{})
 	require.NoError(t, err)
 	p1, p2 := httptest.NewServer(primary), httptest.NewServer(secondary)
 	t.Cleanup(p1.Close)
@@ -42,7 +42,7 @@ func TestChargeFailsOverThroughHTTP(t *testing.T) {
 
 	status, _, body = b.do(t, "POST", "/v1/charges/"+c.ID+"/capture", map[string]string{"Idempotency-Key": "fo-cap"}, []byte(`{}`))
 	require.Equal(t, 200, status, "%s", body)
-	var caps []psp.RequestEntry
+	var caps []mockpsp.RequestEntry
 	for _, r := range secondary.Requests() {
 		if r.Path == "/v1/captures" {
 			caps = append(caps, r)

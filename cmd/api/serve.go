@@ -25,6 +25,7 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
@@ -43,7 +44,7 @@ type Main struct {
 	// CrashHook is passed to the state machine (tests only).
 	CrashHook func(ctx context.Context, at phases.CrashPoint) error
 	// WrapPSP, if set, wraps the PSP the service uses (the chaos build's
-	// deliberate defects, package harness/faults).
+	// deliberate defects, package internal/testutil/faults).
 	WrapPSP func(charges.Authorizer) (charges.Authorizer, error)
 	// Authorizer, if set, replaces the PSP client (tests only).
 	Authorizer charges.Authorizer
@@ -59,7 +60,7 @@ type Main struct {
 
 	mu         sync.Mutex
 	addr       string
-	mockPSP    *psp.Mock
+	mockPSP    *mockpsp.Mock
 	mockPSPURL string
 	ready      chan struct{}
 	auth       *tenants.Authenticator
@@ -318,7 +319,7 @@ func (m *Main) dbPool() *pgxpool.Pool {
 }
 
 // MockPSP returns the in-process mock PSP, if Run started one.
-func (m *Main) MockPSP() *psp.Mock {
+func (m *Main) MockPSP() *mockpsp.Mock {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.mockPSP
@@ -334,8 +335,8 @@ func (m *Main) MockPSPURL() string {
 
 // startMockPSP serves the embedded mock PSP on MockPSPAddr, or on a free
 // port if that one is taken (another api process has it).
-func (m *Main) startMockPSP() (*psp.MockServer, error) {
-	ms, onAddr, err := psp.StartMock(m.Config.MockPSPAddr)
+func (m *Main) startMockPSP() (*mockpsp.Server, error) {
+	ms, onAddr, err := mockpsp.Start(m.Config.MockPSPAddr)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 )
 
 // After one request of each kind, /metrics exposes every instrument the
@@ -21,11 +21,11 @@ func TestMetricsExposeEveryOutcome(t *testing.T) {
 	require.Equal(t, http.StatusCreated, b.post(t, "m-1", visa).status)                                                                // replay
 	require.Equal(t, http.StatusUnprocessableEntity, b.post(t, "m-1", `{"amount":1,"currency":"usd","payment_method":"pm_x"}`).status) // mismatch
 
-	require.NoError(t, b.psp.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	outage := b.post(t, "m-2", visa)
 	require.Equal(t, http.StatusServiceUnavailable, outage.status)
 	waitRetryAfter(t, outage) // the released key's next attempt is due
-	require.NoError(t, b.psp.SetFaults(psp.Faults{LatencyMS: 500}))
+	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{LatencyMS: 500}))
 	slow := b.postAsync(t, "m-2", visa)                                  // takeover of the released key
 	b.waitAuthorizing(t, 2)                                              // m-1's, then m-2's: the takeover is inside its PSP call
 	require.Equal(t, http.StatusConflict, b.post(t, "m-2", visa).status) // in_progress

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 )
 
 // ListenAddrDefault is the listen address when MOCKPSP_ADDR is unset.
-const ListenAddrDefault = psp.MockAddrDefault
+const ListenAddrDefault = mockpsp.AddrDefault
 
 // ParseEnv reads the configuration from getenv (os.Getenv in main). Unset or
 // empty variables keep the current values. The error names the variable and

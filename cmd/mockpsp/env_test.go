@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 )
 
 func TestParseEnv(t *testing.T) {
@@ -17,7 +17,7 @@ func TestParseEnv(t *testing.T) {
 		name    string
 		env     map[string]string
 		addr    string
-		faults  psp.Faults
+		faults  mockpsp.Faults
 		mock    string        // MOCKPSP_NAME; empty means the default
 		ttl     time.Duration // MOCKPSP_KEY_TTL; zero means the default
 		wantErr string
@@ -32,14 +32,14 @@ func TestParseEnv(t *testing.T) {
 				"MOCKPSP_NAME": "secondary", "MOCKPSP_KEY_TTL": "90s",
 			},
 			addr:   "0.0.0.0:9000",
-			faults: psp.Faults{ErrorRate: 0.25, DropRate: 1, RejectRate: 0.5, LookupErrorRate: 0.125, LatencyMS: 50},
+			faults: mockpsp.Faults{ErrorRate: 0.25, DropRate: 1, RejectRate: 0.5, LookupErrorRate: 0.125, LatencyMS: 50},
 			mock:   "secondary",
 			ttl:    90 * time.Second,
 		},
 		{name: "EmptyMeansDefault", env: map[string]string{"MOCKPSP_ADDR": " ", "MOCKPSP_ERROR_RATE": ""}, addr: "127.0.0.1:8090"},
 		{name: "PortZero", env: map[string]string{"MOCKPSP_ADDR": "127.0.0.1:0"}, addr: "127.0.0.1:0"},
-		{name: "LatencyBareMilliseconds", env: map[string]string{"MOCKPSP_LATENCY": "75"}, addr: "127.0.0.1:8090", faults: psp.Faults{LatencyMS: 75}},
-		{name: "LatencySeconds", env: map[string]string{"MOCKPSP_LATENCY": "1.5s"}, addr: "127.0.0.1:8090", faults: psp.Faults{LatencyMS: 1500}},
+		{name: "LatencyBareMilliseconds", env: map[string]string{"MOCKPSP_LATENCY": "75"}, addr: "127.0.0.1:8090", faults: mockpsp.Faults{LatencyMS: 75}},
+		{name: "LatencySeconds", env: map[string]string{"MOCKPSP_LATENCY": "1.5s"}, addr: "127.0.0.1:8090", faults: mockpsp.Faults{LatencyMS: 1500}},
 		{name: "LatencyZero", env: map[string]string{"MOCKPSP_LATENCY": "0"}, addr: "127.0.0.1:8090"},
 		{name: "RateZero", env: map[string]string{"MOCKPSP_DROP_RATE": "0"}, addr: "127.0.0.1:8090"},
 
@@ -73,8 +73,8 @@ func TestParseEnv(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tt.addr, m.ListenAddr)
 			require.Equal(t, tt.faults, m.Faults)
-			require.Equal(t, cmp.Or(tt.mock, psp.MockNameDefault), m.Name)
-			require.Equal(t, cmp.Or(tt.ttl, psp.MockKeyTTLDefault), m.KeyTTL)
+			require.Equal(t, cmp.Or(tt.mock, mockpsp.NameDefault), m.Name)
+			require.Equal(t, cmp.Or(tt.ttl, mockpsp.KeyTTLDefault), m.KeyTTL)
 		})
 	}
 }

@@ -28,7 +28,7 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/telemetry"
 )
 
@@ -106,13 +106,13 @@ type Main struct {
 	// the same key is a new request, as at real PSPs.
 	KeyTTL time.Duration
 	// Faults are injected from the start; PUT /_admin/faults changes them.
-	Faults psp.Faults
+	Faults mockpsp.Faults
 	// ShutdownTimeout bounds the graceful shutdown when Run's context ends;
 	// connections still open after it are closed.
 	ShutdownTimeout time.Duration
 	// StateFile, if set, keeps the mock's books across runs: loaded at
 	// start, saved every StateEvery while they change, and at shutdown
-	// (psp.Mock.SaveState). A SIGKILL loses at most StateEvery of them.
+	// (mockpsp.Mock.SaveState). A SIGKILL loses at most StateEvery of them.
 	StateFile string
 	// StateEvery is the pause between two saves of StateFile.
 	StateEvery time.Duration
@@ -131,8 +131,8 @@ type Main struct {
 func NewMain() *Main {
 	return &Main{
 		ListenAddr:      ListenAddrDefault,
-		Name:            psp.MockNameDefault,
-		KeyTTL:          psp.MockKeyTTLDefault,
+		Name:            mockpsp.NameDefault,
+		KeyTTL:          mockpsp.KeyTTLDefault,
 		ShutdownTimeout: ShutdownTimeoutDefault,
 		StateEvery:      time.Second,
 		Logger:          slog.New(slog.DiscardHandler),
@@ -144,7 +144,7 @@ func NewMain() *Main {
 // down gracefully and returns nil. It returns early with an error if it
 // cannot listen or serve, and with nil after Close. It runs once per Main.
 func (m *Main) Run(ctx context.Context) error {
-	mock, err := psp.NewMockFromConfig(psp.MockConfig{Name: m.Name, KeyTTL: m.KeyTTL, Faults: m.Faults})
+	mock, err := mockpsp.NewFromConfig(mockpsp.Config{Name: m.Name, KeyTTL: m.KeyTTL, Faults: m.Faults})
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ func (m *Main) Run(ctx context.Context) error {
 	log := m.Logger.With("name", m.Name)
 	if m.StateFile != "" {
 		switch n, err := mock.LoadState(m.StateFile); {
-		case errors.Is(err, psp.ErrNoState):
+		case errors.Is(err, mockpsp.ErrNoState):
 			log.Info("mockpsp books: none saved yet, starting empty", "state", m.StateFile)
 		case err != nil:
 			// Starting empty would forget authorizations the database's
@@ -256,7 +256,7 @@ func (m *Main) Close() error {
 // keepState saves the mock's books to StateFile every StateEvery while
 // they change; the func it returns stops that and saves them once more
 // (at shutdown).
-func (m *Main) keepState(ctx context.Context, mock *psp.Mock, log *slog.Logger) func() {
+func (m *Main) keepState(ctx context.Context, mock *mockpsp.Mock, log *slog.Logger) func() {
 	saved := -1
 	save := func() {
 		if n := mock.Changes(); n != saved {

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 )
 
 // mockProcess is bin/mockpsp running as a process of its own.
@@ -116,7 +117,7 @@ type requestLog struct {
 }
 
 type ledger struct {
-	Data []psp.LedgerEntry `json:"data"`
+	Data []mockpsp.LedgerEntry `json:"data"`
 }
 
 // TestMockProcess runs bin/mockpsp as its own process, configured only by
@@ -226,8 +227,8 @@ func TestMockProcess(t *testing.T) {
 		}
 
 		var faults struct {
-			Name     string       `json:"name"`
-			Injected psp.Injected `json:"injected"`
+			Name     string           `json:"name"`
+			Injected mockpsp.Injected `json:"injected"`
 		}
 		p.get(t, "/_admin/faults", &faults)
 		require.Equal(t, "primary", faults.Name)

@@ -14,12 +14,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
-	"github.com/phasepay/phasepay/harness/pgcluster"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/phases/phasestest"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
+	"github.com/phasepay/phasepay/internal/testutil/pgcluster"
 	"github.com/phasepay/phasepay/migrations"
 )
 
@@ -58,7 +59,7 @@ func TestReaperRidesOutDatabaseRestart(t *testing.T) {
 	var tenant int64
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('t') RETURNING id`).Scan(&tenant))
 
-	mock, err := psp.NewMock(psp.Faults{})
+	mock, err := mockpsp.New(mockpsp.Faults{})
 	require.NoError(t, err)
 	srv := httptest.NewServer(mock)
 	t.Cleanup(srv.Close)

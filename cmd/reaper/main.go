@@ -31,7 +31,7 @@ import (
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/reaper"
 	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
@@ -219,7 +219,7 @@ type Main struct {
 	// Authorizer, if set, replaces the PSP client (tests only).
 	Authorizer charges.Authorizer
 	// WrapPSP, if set, wraps the PSP the service uses (the chaos build's
-	// deliberate defects, package harness/faults).
+	// deliberate defects, package internal/testutil/faults).
 	WrapPSP func(charges.Authorizer) (charges.Authorizer, error)
 
 	// metrics serves /metrics on REAPER_METRICS_ADDR, when set.
@@ -255,7 +255,7 @@ func (m *Main) Run(ctx context.Context) error {
 		if routes.Single && routes.PSPs[0].URL == PSPEmbedded {
 			// Alone, an in-process mock has a ledger of its own. make run
 			// points the reaper at the API's embedded mock instead.
-			ms, _, err := psp.StartMock("127.0.0.1:0")
+			ms, _, err := mockpsp.Start("127.0.0.1:0")
 			if err != nil {
 				return err
 			}

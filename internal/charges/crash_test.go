@@ -10,12 +10,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/phases/phasestest"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 )
 
 func chargeID(t *testing.T, resp idempotency.Response) string {
@@ -189,7 +190,7 @@ func TestPSPOutageIsRetriedOnSchedule(t *testing.T) {
 	req, _ := chargestest.Request(t, visa)
 	svc := b.Service(t, 0, phases.Config{})
 
-	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	_, outageErr := svc.Create(ctx, b.Tenant, "outage", phases.Parsed(req))
 	require.ErrorIs(t, outageErr, charges.ErrPSPUnavailable)
 	rec, err := b.Keys.Lookup(ctx, b.Pool, b.Tenant, "outage")
@@ -204,7 +205,7 @@ func TestPSPOutageIsRetriedOnSchedule(t *testing.T) {
 	require.Equal(t, rec.ObjectID, unavailable.ObjectID, "the 503 names the charge that exists")
 	require.Positive(t, unavailable.RetryAfterSeconds())
 
-	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))
+	require.NoError(t, b.Mock.SetFaults(mockpsp.Faults{}))
 	_, err = svc.Create(ctx, b.Tenant, "outage", phases.Parsed(req))
 	var wait *idempotency.WaitError
 	require.ErrorAs(t, err, &wait, "a retry before the next attempt is due waits")

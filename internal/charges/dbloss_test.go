@@ -13,14 +13,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
-	"github.com/phasepay/phasepay/harness/pgcluster"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
+	"github.com/phasepay/phasepay/internal/testutil/pgcluster"
 	"github.com/phasepay/phasepay/migrations"
 )
 
@@ -50,7 +51,7 @@ func TestDatabaseLostAfterPSPAnsweredKeepsNoLease(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('t') RETURNING id`).Scan(&tenant))
 
 	// The PSP authorizes, and the database stops before its answer is back.
-	mock, err := psp.NewMock(psp.Faults{})
+	mock, err := mockpsp.New(mockpsp.Faults{})
 	require.NoError(t, err)
 	var once sync.Once
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -8,12 +8,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/phases/phasestest"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
@@ -129,11 +129,11 @@ func TestNoStatusChangeWithoutItsEvent(t *testing.T) {
 	}
 	outcomes := map[string]struct {
 		pm     string
-		faults psp.Faults
+		faults mockpsp.Faults
 	}{
-		"authorized": {"pm_card_visa", psp.Faults{}},
-		"declined":   {"pm_card_chargeDeclined", psp.Faults{}},
-		"failed":     {"pm_card_visa", psp.Faults{RejectRate: 1}},
+		"authorized": {"pm_card_visa", mockpsp.Faults{}},
+		"declined":   {"pm_card_chargeDeclined", mockpsp.Faults{}},
+		"failed":     {"pm_card_visa", mockpsp.Faults{RejectRate: 1}},
 	}
 	for _, oneCommit := range []bool{false, true} {
 		for _, at := range points[oneCommit] {
@@ -220,7 +220,7 @@ func testOperationEventsAtEveryCrashPoint(t *testing.T) {
 							require.NoError(t, err)
 						}
 						if refused {
-							require.NoError(t, b.Mock.SetFaults(psp.Faults{RejectRate: 1}))
+							require.NoError(t, b.Mock.SetFaults(mockpsp.Faults{RejectRate: 1}))
 						}
 						cfg := phases.Config{OneCommitPerPhase: oneCommit}
 						if at != noCrash {
@@ -272,7 +272,7 @@ func TestNeedsAttentionWritesItsEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := chargestest.Setup(t, idempotency.Config{RetryBase: time.Millisecond, RetryMax: time.Millisecond, GiveUpAfter: time.Hour})
-	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	req, _ := chargestest.Request(t, visa)
 	_, err := b.Service(t, 0, phases.Config{}).Create(ctx, b.Tenant, "k", phases.Parsed(req))
 	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
@@ -325,7 +325,7 @@ func TestOperationEventsReachSubscribedEndpoints(t *testing.T) {
 	res, err = svc.Refund(ctx, b.Tenant, "refund", phases.Parsed(rreq))
 	require.NoError(t, err)
 	require.Equal(t, 201, res.Response.Status)
-	require.NoError(t, b.Mock.SetFaults(psp.Faults{RejectRate: 1}))
+	require.NoError(t, b.Mock.SetFaults(mockpsp.Faults{RejectRate: 1}))
 	res, err = svc.Refund(ctx, b.Tenant, "refund2", phases.Parsed(rreq))
 	require.NoError(t, err)
 	require.Equal(t, 402, res.Response.Status)

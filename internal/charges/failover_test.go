@@ -13,13 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // failoverBundle is a database and the standby a failover promotes in its
@@ -30,7 +31,7 @@ type failoverBundle struct {
 	t       *testing.T
 	primary string // the old primary's database URL
 	tenant  int64
-	mock    *psp.Mock
+	mock    *mockpsp.Mock
 	client  *psp.Client
 	keys    *idempotency.Store
 }
@@ -43,7 +44,7 @@ func newFailoverBundle(t *testing.T) *failoverBundle {
 	require.NoError(t, err)
 	require.NoError(t, conn.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('t') RETURNING id`).Scan(&b.tenant))
 	require.NoError(t, conn.Close(ctx))
-	b.mock, err = psp.NewMock(psp.Faults{})
+	b.mock, err = mockpsp.New(mockpsp.Faults{})
 	require.NoError(t, err)
 	srv := httptest.NewServer(b.mock)
 	t.Cleanup(srv.Close)
@@ -99,7 +100,7 @@ func (b *failoverBundle) create(dbURL, key, body string) phases.Result {
 	return res
 }
 
-func (b *failoverBundle) authorizations() []psp.LedgerEntry { return b.mock.Authorizations() }
+func (b *failoverBundle) authorizations() []mockpsp.LedgerEntry { return b.mock.Authorizations() }
 
 const visaBody = `{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`
 

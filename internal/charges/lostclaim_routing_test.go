@@ -7,11 +7,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/routing"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 )
 
 // loseClaim deletes what key's claim and its run committed, as a failover
@@ -45,14 +46,14 @@ func (w *routedWorld) loseClaim(t *testing.T, key string) {
 func (w *routedWorld) openBreaker(t *testing.T, router *routing.Router, name string) {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, w.mocks[name].SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, w.mocks[name].SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	for i := range 2 {
 		_, err := router.AuthorizeOutcome(ctx, psp.AuthorizeRequest{PSP: name, IdempotencyKey: "probe:" + string(rune('a'+i)),
 			FirstSend: true, Amount: 1, Currency: "usd", PaymentMethod: "pm_card_visa", Reference: "ch_probe"})
 		require.ErrorIs(t, err, psp.ErrUnavailable)
 	}
 	require.Equal(t, routing.Open, router.BreakerState(name))
-	require.NoError(t, w.mocks[name].SetFaults(psp.Faults{}))
+	require.NoError(t, w.mocks[name].SetFaults(mockpsp.Faults{}))
 }
 
 // A claim lost in a failover (asynchronous replication) after the PSP
@@ -104,7 +105,7 @@ func TestLostClaimIsNotRetriedAtAnotherPSP(t *testing.T) {
 	t.Run("after a refusal", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		w := newRoutedWorld(t, routedConfig{threshold: 2, faults: map[string]psp.Faults{"primary": {RejectRate: 1}}})
+		w := newRoutedWorld(t, routedConfig{threshold: 2, faults: map[string]mockpsp.Faults{"primary": {RejectRate: 1}}})
 		req, _ := chargestest.Request(t, visa)
 		// The first process refused at the primary while its breaker for
 		// the secondary was open.

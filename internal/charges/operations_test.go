@@ -9,11 +9,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 )
 
 // authorized returns the id of a new authorized charge of 1000.
@@ -134,7 +134,7 @@ func TestCaptureWaitsForUnresolvedAuthorization(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	svc := b.Service(t, 0, phases.Config{})
-	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	req, _ := chargestest.Request(t, visa)
 	_, err := svc.Create(ctx, b.Tenant, "auth", phases.Parsed(req))
 	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
@@ -145,7 +145,7 @@ func TestCaptureWaitsForUnresolvedAuthorization(t *testing.T) {
 	_, err = svc.Capture(ctx, b.Tenant, "cap", id, phases.Parsed(capture))
 	require.ErrorIs(t, err, charges.ErrChargePending)
 
-	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))
+	require.NoError(t, b.Mock.SetFaults(mockpsp.Faults{}))
 	_, err = b.Pool.Exec(ctx, `UPDATE idempotency_keys SET next_attempt_at = NULL WHERE key = 'auth'`)
 	require.NoError(t, err)
 	res, err := svc.Create(ctx, b.Tenant, "auth", phases.Parsed(req))

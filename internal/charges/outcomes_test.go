@@ -10,12 +10,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/phases/phasestest"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 )
 
 // How each class of PSP answer ends a charge (psp.Classify): the pitfalls
@@ -25,16 +26,16 @@ import (
 // moves, to make the PSP forget idempotency keys (MockConfig.KeyTTL).
 type mockWorld struct {
 	*chargestest.Bundle
-	mock   *psp.Mock
+	mock   *mockpsp.Mock
 	client *psp.Client
 	offset atomic.Int64 // nanoseconds added to the mock's clock
 }
 
-func newMockWorld(t *testing.T, cfg psp.MockConfig) *mockWorld {
+func newMockWorld(t *testing.T, cfg mockpsp.Config) *mockWorld {
 	t.Helper()
 	w := &mockWorld{Bundle: setup(t)}
 	cfg.Now = func() time.Time { return time.Now().Add(time.Duration(w.offset.Load())) }
-	mock, err := psp.NewMockFromConfig(cfg)
+	mock, err := mockpsp.NewFromConfig(cfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(mock)
 	t.Cleanup(srv.Close)
@@ -75,7 +76,7 @@ func problemOf(t *testing.T, resp idempotency.Response) (code, charge, detail st
 func TestFinalPSPFailureIsStoredAndNeverResent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	w := newMockWorld(t, psp.MockConfig{Faults: psp.Faults{RejectRate: 1}})
+	w := newMockWorld(t, mockpsp.Config{Faults: mockpsp.Faults{RejectRate: 1}})
 	req, _ := chargestest.Request(t, visa)
 	svc := w.service(t, 0, phases.Config{})
 
@@ -94,7 +95,7 @@ func TestFinalPSPFailureIsStoredAndNeverResent(t *testing.T) {
 	require.Equal(t, "done", point)
 	require.Equal(t, 1, w.posts(), "sent once")
 
-	require.NoError(t, w.mock.SetFaults(psp.Faults{}))
+	require.NoError(t, w.mock.SetFaults(mockpsp.Faults{}))
 	again, err := w.service(t, time.Hour, phases.Config{}).Create(ctx, w.Tenant, "refused", phases.Parsed(req))
 	require.NoError(t, err)
 	require.Equal(t, phases.OutcomeReplay, again.Outcome)
@@ -113,7 +114,7 @@ func TestFinalPSPFailureIsStoredAndNeverResent(t *testing.T) {
 func TestLostAnswerIsResolvedByLookup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	w := newMockWorld(t, psp.MockConfig{Faults: psp.Faults{DropRate: 1}})
+	w := newMockWorld(t, mockpsp.Config{Faults: mockpsp.Faults{DropRate: 1}})
 	req, _ := chargestest.Request(t, visa)
 
 	res, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "lost", phases.Parsed(req))
@@ -140,7 +141,7 @@ func TestLostAnswerIsResolvedByLookup(t *testing.T) {
 func TestResendAfterPSPForgotKeyNeverChargesTwice(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	w := newMockWorld(t, psp.MockConfig{KeyTTL: time.Minute})
+	w := newMockWorld(t, mockpsp.Config{KeyTTL: time.Minute})
 	req, _ := chargestest.Request(t, visa)
 
 	_, err := w.service(t, 0, phases.Config{CrashHook: phasestest.CrashAt(phases.CrashAfterCall)}).

@@ -9,11 +9,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 )
 
 // settleWorld is a bundle whose requests are given up at their first failed
@@ -63,14 +63,14 @@ func (w *settleWorld) run(t *testing.T, op, key, chargeID, body string) (phases.
 // did says, and checks that it waits for an operator.
 func (w *settleWorld) stuck(t *testing.T, op, key, chargeID, body string, did pspDid) {
 	t.Helper()
-	faults := psp.Faults{ErrorRate: 1}
+	faults := mockpsp.Faults{ErrorRate: 1}
 	if did {
-		faults = psp.Faults{DropRate: 1, LookupErrorRate: 1}
+		faults = mockpsp.Faults{DropRate: 1, LookupErrorRate: 1}
 	}
 	require.NoError(t, w.Mock.SetFaults(faults))
 	_, err := w.run(t, op, key, chargeID, body)
 	require.ErrorIs(t, err, idempotency.ErrUnresolved)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
 	state, _, _ := w.KeyState(t, key)
 	require.Equal(t, "needs_attention", state)
 }
@@ -343,7 +343,7 @@ func TestForcedSettlementResolutionAsksNoPSP(t *testing.T) {
 	ctx := context.Background()
 	id := authorized(t, w.Bundle, w.svc)
 	w.stuck(t, "capture", "cap", id, `{"amount":700}`, pspNotDone)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 
 	_, err := w.resolve(t, "cap", charges.ResolveSucceeded)
 	require.ErrorIs(t, err, charges.ErrPSPLookupFailed, "unforced, the PSP is asked and cannot answer")
@@ -356,7 +356,7 @@ func TestForcedSettlementResolutionAsksNoPSP(t *testing.T) {
 	c := w.charge(t, id)
 	require.Equal(t, charges.StatusCaptured, c.Status)
 	require.EqualValues(t, 700, c.AmountCaptured)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{}))
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
 	w.resolved(t, "capture", "cap", id, `{"amount":700}`, resp, "")
 }
 
@@ -374,7 +374,7 @@ func (w *settleWorld) objectOf(t *testing.T, key string) string {
 func TestResolveCaptureAsksThePSPThatHoldsTheAuthorization(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {RejectRate: 1}}})
+	w := newRoutedWorld(t, routedConfig{faults: map[string]mockpsp.Faults{"primary": {RejectRate: 1}}})
 	svc := w.service(t, 0, phases.Config{})
 	req, _ := chargestest.Request(t, visa)
 	res, err := svc.Create(ctx, w.Tenant, "auth", phases.Parsed(req))
@@ -383,12 +383,12 @@ func TestResolveCaptureAsksThePSPThatHoldsTheAuthorization(t *testing.T) {
 	id := chargeID(t, res.Response)
 	require.Equal(t, []string{"secondary"}, w.authorizedAt(id))
 
-	require.NoError(t, w.mocks["secondary"].SetFaults(psp.Faults{DropRate: 1, LookupErrorRate: 1}))
+	require.NoError(t, w.mocks["secondary"].SetFaults(mockpsp.Faults{DropRate: 1, LookupErrorRate: 1}))
 	capture, err := charges.ParseCaptureRequest(id, []byte(`{}`))
 	require.NoError(t, err)
 	_, err = svc.Capture(ctx, w.Tenant, "cap", id, phases.Parsed(capture))
 	require.ErrorIs(t, err, charges.ErrPSPUnavailable)
-	require.NoError(t, w.mocks["secondary"].SetFaults(psp.Faults{}))
+	require.NoError(t, w.mocks["secondary"].SetFaults(mockpsp.Faults{}))
 	// Given up (GIVE_UP_AFTER, as the reaper's release would).
 	_, err = w.Pool.Exec(ctx, `UPDATE idempotency_keys SET state = 'needs_attention', next_attempt_at = NULL WHERE tenant_id = $1 AND key = 'cap'`, w.Tenant)
 	require.NoError(t, err)

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/phases"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // tripCounter counts database round trips as they cross the wire: the
@@ -20,7 +20,7 @@ import (
 // last write. A pipelined exchange (BEGIN, statements, COMMIT in one
 // write) is one; a BEGIN sent and waited for is one more. It wraps the
 // pool's connections below pgx, so it counts what was sent, whatever the
-// code believes it sends (as harness/bench's wireCounter does for make
+// code believes it sends (as tools/bench's wireCounter does for make
 // bench).
 type tripCounter struct{ n atomic.Int64 }
 

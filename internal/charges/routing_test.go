@@ -13,13 +13,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/phases/phasestest"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/routing"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 )
 
 // Routing between PSPs: the pitfalls of failing over. Each world has real
@@ -31,7 +32,7 @@ const declined = `{"amount": 500, "currency": "usd", "payment_method": "pm_card_
 
 type routedWorld struct {
 	*chargestest.Bundle
-	mocks   map[string]*psp.Mock
+	mocks   map[string]*mockpsp.Mock
 	urls    map[string]string
 	router  *routing.Router
 	clock   atomic.Int64 // nanoseconds added to the breakers' clock
@@ -40,7 +41,7 @@ type routedWorld struct {
 }
 
 type routedConfig struct {
-	faults map[string]psp.Faults
+	faults map[string]mockpsp.Faults
 	// slow delays a PSP's authorizations by this much BEFORE they reach
 	// the mock: a request in flight, which a lookup cannot see yet.
 	slow           map[string]time.Duration
@@ -52,11 +53,11 @@ var pspNames = []string{"primary", "secondary", "tertiary"}
 
 func newRoutedWorld(t *testing.T, rc routedConfig) *routedWorld {
 	t.Helper()
-	w := &routedWorld{Bundle: setup(t), mocks: map[string]*psp.Mock{}, urls: map[string]string{}}
+	w := &routedWorld{Bundle: setup(t), mocks: map[string]*mockpsp.Mock{}, urls: map[string]string{}}
 	cfg := routing.Config{Routes: map[string][]string{"*": pspNames}, BreakerThreshold: rc.threshold, BreakerCooldown: time.Minute}
 	clients := map[string]routing.Client{}
 	for _, name := range pspNames {
-		mock, err := psp.NewMockFromConfig(psp.MockConfig{Name: name, Faults: rc.faults[name]})
+		mock, err := mockpsp.NewFromConfig(mockpsp.Config{Name: name, Faults: rc.faults[name]})
 		require.NoError(t, err)
 		var h http.Handler = mock
 		if d := rc.slow[name]; d > 0 {
@@ -87,7 +88,7 @@ func (w *routedWorld) process(t *testing.T) *routing.Router {
 // inFlight hands each authorization to mock only after d, whether or not
 // the client is still waiting: the PSP acts after its caller gave up, and a
 // lookup made meanwhile finds nothing.
-func inFlight(t *testing.T, mock *psp.Mock, d time.Duration) http.Handler {
+func inFlight(t *testing.T, mock *mockpsp.Mock, d time.Duration) http.Handler {
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done) })
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -208,7 +209,7 @@ func TestFinalFailureFailsOver(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {RejectRate: 1}}})
+			w := newRoutedWorld(t, routedConfig{faults: map[string]mockpsp.Faults{"primary": {RejectRate: 1}}})
 			req, _ := chargestest.Request(t, visa)
 			res, err := w.service(t, 0, phases.Config{CrashHook: tt.crash, OneCommitPerPhase: tt.one}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 			if tt.crash != nil {
@@ -250,7 +251,7 @@ func TestFinalFailureFailsOver(t *testing.T) {
 func TestFailoverTimelineSaysMoved(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {RejectRate: 1}}})
+	w := newRoutedWorld(t, routedConfig{faults: map[string]mockpsp.Faults{"primary": {RejectRate: 1}}})
 	req, _ := chargestest.Request(t, visa)
 	res, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 	require.NoError(t, err)
@@ -277,8 +278,8 @@ func TestFailoverTimelineSaysMoved(t *testing.T) {
 	}, got)
 }
 
-func captures(m *psp.Mock) []psp.RequestEntry {
-	var out []psp.RequestEntry
+func captures(m *mockpsp.Mock) []mockpsp.RequestEntry {
+	var out []mockpsp.RequestEntry
 	for _, r := range m.Requests() {
 		if r.Method == http.MethodPost && r.Path == "/v1/captures" {
 			out = append(out, r)
@@ -292,11 +293,11 @@ func captures(m *psp.Mock) []psp.RequestEntry {
 // found it.
 func TestDeclineIsNeverSentToAnotherPSP(t *testing.T) {
 	t.Parallel()
-	for _, f := range []psp.Faults{{}, {DropRate: 1}} {
+	for _, f := range []mockpsp.Faults{{}, {DropRate: 1}} {
 		t.Run("drop_rate="+map[bool]string{true: "1", false: "0"}[f.DropRate == 1], func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": f}})
+			w := newRoutedWorld(t, routedConfig{faults: map[string]mockpsp.Faults{"primary": f}})
 			req, _ := chargestest.Request(t, declined)
 			res, err := w.service(t, 0, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 			require.NoError(t, err)
@@ -361,7 +362,7 @@ func TestUnknownOutcomeNeverFailsOver(t *testing.T) {
 	t.Run("PSP answers nothing", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {ErrorRate: 1}}})
+		w := newRoutedWorld(t, routedConfig{faults: map[string]mockpsp.Faults{"primary": {ErrorRate: 1}}})
 		req, _ := chargestest.Request(t, visa)
 		for i := range 4 {
 			_, err := w.service(t, time.Duration(i)*2*time.Minute, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
@@ -372,7 +373,7 @@ func TestUnknownOutcomeNeverFailsOver(t *testing.T) {
 		require.Equal(t, "primary", c.PSP)
 		sends, _ := w.requests("secondary", c.ID)
 		require.Zero(t, sends)
-		require.NoError(t, w.mocks["primary"].SetFaults(psp.Faults{}))
+		require.NoError(t, w.mocks["primary"].SetFaults(mockpsp.Faults{}))
 		res, err := w.service(t, time.Hour, phases.Config{}).Create(ctx, w.Tenant, "k", phases.Parsed(req))
 		require.NoError(t, err)
 		require.Equal(t, 201, res.Response.Status, string(res.Response.Body))
@@ -394,7 +395,7 @@ func TestTakeoverLooksUpEveryAttemptedPSP(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {RejectRate: 1}}})
+			w := newRoutedWorld(t, routedConfig{faults: map[string]mockpsp.Faults{"primary": {RejectRate: 1}}})
 			req, _ := chargestest.Request(t, visa)
 			crash := crashAtNth(phases.CrashAfterCall, 2)
 			if heldAtPrimary {
@@ -406,7 +407,7 @@ func TestTakeoverLooksUpEveryAttemptedPSP(t *testing.T) {
 			want := "secondary"
 			if heldAtPrimary {
 				want = "primary"
-				require.NoError(t, w.mocks["primary"].SetFaults(psp.Faults{}))
+				require.NoError(t, w.mocks["primary"].SetFaults(mockpsp.Faults{}))
 				direct, err := psp.NewClient(psp.ClientConfig{BaseURL: w.urls["primary"]})
 				require.NoError(t, err)
 				_, err = direct.AuthorizeOnce(ctx, psp.AuthorizeRequest{IdempotencyKey: "elsewhere", Amount: c.Amount, Currency: c.Currency,
@@ -453,7 +454,7 @@ func TestTakeoverLooksUpEveryAttemptedPSP(t *testing.T) {
 func TestBreakerSendsNewChargesElsewhere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	w := newRoutedWorld(t, routedConfig{faults: map[string]psp.Faults{"primary": {ErrorRate: 1}}, threshold: 2})
+	w := newRoutedWorld(t, routedConfig{faults: map[string]mockpsp.Faults{"primary": {ErrorRate: 1}}, threshold: 2})
 	derived := w.service(t, 0, phases.Config{})
 	req, _ := chargestest.Request(t, visa)
 	for _, k := range []string{"a", "b"} {
@@ -486,7 +487,7 @@ func TestBreakerSendsNewChargesElsewhere(t *testing.T) {
 
 	// The cool-down passes and the primary is back: the next new charge
 	// probes it, and its success closes the breaker.
-	require.NoError(t, w.mocks["primary"].SetFaults(psp.Faults{}))
+	require.NoError(t, w.mocks["primary"].SetFaults(mockpsp.Faults{}))
 	w.clock.Add(int64(2 * time.Minute))
 	res, err = svc.Create(ctx, w.Tenant, "d", phases.Parsed(req))
 	require.NoError(t, err)
@@ -505,7 +506,7 @@ func TestResolveRecordsThePSPThatHoldsTheAuthorization(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newRoutedWorld(t, routedConfig{
-		faults:         map[string]psp.Faults{"primary": {RejectRate: 1}},
+		faults:         map[string]mockpsp.Faults{"primary": {RejectRate: 1}},
 		slow:           map[string]time.Duration{"secondary": 2 * time.Second},
 		attemptTimeout: 100 * time.Millisecond,
 	})

@@ -2,7 +2,6 @@ package console_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -15,26 +14,11 @@ import (
 
 	"github.com/phasepay/phasepay/internal/console"
 	"github.com/phasepay/phasepay/internal/idempotency"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/testutil/consoletest"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
-
-// get fetches a console page with c and returns its status and body.
-func get(t *testing.T, c *http.Client, u string, header ...string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, u, nil)
-	require.NoError(t, err)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := c.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(b)
-}
 
 // Only the operator token opens the console: as a bearer token, or once
 // at /login for a session cookie (HttpOnly, SameSite=Strict). Nothing
@@ -42,20 +26,20 @@ func get(t *testing.T, c *http.Client, u string, header ...string) (int, string)
 // send the operator to another site.
 func TestOnlyTheOperatorTokenOpensTheConsole(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := consoletest.NewWorld(t)
 	_, tenantKey, err := tenants.CreateKey(context.Background(), w.Live, "t")
 	require.NoError(t, err)
 	anon := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 	for name, auth := range map[string]string{
 		"none": "", "wrong token": "Bearer not-the-token-at-all", "a tenant's API key": "Bearer " + tenantKey,
-		"token without Bearer": testToken,
+		"token without Bearer": consoletest.Token,
 	} {
-		status, body := get(t, anon, w.Base+"/requests", "Authorization", auth)
+		status, body := consoletest.Get(t, anon, w.Base+"/requests", "Authorization", auth)
 		require.Equal(t, http.StatusUnauthorized, status, name)
 		require.NotContains(t, body, "Requests</h1>", name)
 	}
-	status, _ := get(t, anon, w.Base+"/requests", "Authorization", "Bearer "+testToken)
+	status, _ := consoletest.Get(t, anon, w.Base+"/requests", "Authorization", "Bearer "+consoletest.Token)
 	require.Equal(t, http.StatusOK, status)
 
 	// A browser without a session is sent to the login page.
@@ -73,7 +57,7 @@ func TestOnlyTheOperatorTokenOpensTheConsole(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	require.Empty(t, resp.Cookies())
 
-	resp, err = anon.Get(w.Base + "/login?next=//elsewhere.example/&token=" + url.QueryEscape(testToken))
+	resp, err = anon.Get(w.Base + "/login?next=//elsewhere.example/&token=" + url.QueryEscape(consoletest.Token))
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
@@ -82,12 +66,12 @@ func TestOnlyTheOperatorTokenOpensTheConsole(t *testing.T) {
 	c := resp.Cookies()[0]
 	require.True(t, c.HttpOnly)
 	require.Equal(t, http.SameSiteStrictMode, c.SameSite)
-	require.NotContains(t, c.Value, testToken)
+	require.NotContains(t, c.Value, consoletest.Token)
 
 	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'none'")
 	require.Equal(t, "no-referrer", resp.Header.Get("Referrer-Policy"))
 
-	_, err = console.New(console.Config{Pool: w.Live, Desk: nil, Token: testToken})
+	_, err = console.New(console.Config{Pool: w.Live, Desk: nil, Token: consoletest.Token})
 	require.Error(t, err)
 }
 
@@ -99,12 +83,12 @@ func TestOnlyTheOperatorTokenOpensTheConsole(t *testing.T) {
 // whatever it carries.
 func TestForgedConsoleActionIsRefused(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
-	charge(t, w.service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", visa)
-	require.NoError(t, w.Mock.SetFaults(psp.Faults{}))
-	c := w.client(t)
-	_, page := get(t, c, w.Base+"/request?tenant=t&key=stuck-1")
+	w := consoletest.NewWorld(t)
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
+	consoletest.Charge(t, w.Service(t, idempotency.Config{GiveUpAfter: time.Millisecond}), w.Tenant, "stuck-1", consoletest.Visa)
+	require.NoError(t, w.Mock.SetFaults(mockpsp.Faults{}))
+	c := w.Client(t)
+	_, page := consoletest.Get(t, c, w.Base+"/request?tenant=t&key=stuck-1")
 	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
 	require.Len(t, m, 2, "the page's forms carry a CSRF token")
 	csrf := m[1]
@@ -152,7 +136,7 @@ func TestForgedConsoleActionIsRefused(t *testing.T) {
 // the page.
 func TestConsoleNeverShowsASecret(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := consoletest.NewWorld(t)
 	ctx := context.Background()
 	ep, err := webhooks.Create(ctx, w.Live, w.Tenant, "https://user:hunter2@hooks.example/in?token=qwerty", []string{"*"})
 	require.NoError(t, err)
@@ -171,10 +155,10 @@ func TestConsoleNeverShowsASecret(t *testing.T) {
 		return w.Keys.LeaseOf(rec).Finish(ctx, tx, idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(body)})
 	}))
 
-	c := w.client(t)
+	c := w.Client(t)
 	pages := []string{"/webhooks", "/webhook?tenant=t&id=" + url.QueryEscape(ep.ID), "/requests", "/request?tenant=t&key=" + url.QueryEscape(key)}
 	for _, p := range pages {
-		status, page := get(t, c, w.Base+p)
+		status, page := consoletest.Get(t, c, w.Base+p)
 		require.Equal(t, http.StatusOK, status, p)
 		require.NotContains(t, page, ep.Secret, p)
 		require.NotContains(t, page, ep.Secret[len(webhooks.SecretPrefix):], p)
@@ -182,10 +166,10 @@ func TestConsoleNeverShowsASecret(t *testing.T) {
 		require.NotContains(t, page, "qwerty", p)
 		require.NotContains(t, page, `<script>alert`, p)
 	}
-	_, page := get(t, c, w.Base+"/request?tenant=t&key="+url.QueryEscape(key))
+	_, page := consoletest.Get(t, c, w.Base+"/request?tenant=t&key="+url.QueryEscape(key))
 	require.Contains(t, page, "whsec_… (redacted)", "the stored answer, with its secret redacted")
 	require.Contains(t, page, "&lt;script&gt;alert(&#34;key&#34;)&lt;/script&gt;", "the key, escaped")
-	_, page = get(t, c, w.Base+"/webhooks")
+	_, page = consoletest.Get(t, c, w.Base+"/webhooks")
 	require.Contains(t, page, "hooks.example/in")
 }
 
@@ -193,8 +177,8 @@ func TestConsoleNeverShowsASecret(t *testing.T) {
 // no sense 400, with a line saying why; never 500.
 func TestPagesAnswerWhatTheyCannotShow(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	c := w.client(t)
+	w := consoletest.NewWorld(t)
+	c := w.Client(t)
 	for p, want := range map[string]int{
 		"/request?tenant=t&key=nope":                          http.StatusNotFound,
 		"/request?tenant=nobody&key=nope":                     http.StatusNotFound,
@@ -211,7 +195,7 @@ func TestPagesAnswerWhatTheyCannotShow(t *testing.T) {
 		"/requests?state=done&operation=charge&older_than=1s": http.StatusOK,
 		"/no-such-page":                                       http.StatusNotFound,
 	} {
-		status, _ := get(t, c, w.Base+p)
+		status, _ := consoletest.Get(t, c, w.Base+p)
 		require.Equal(t, want, status, p)
 	}
 }
@@ -220,18 +204,18 @@ func TestPagesAnswerWhatTheyCannotShow(t *testing.T) {
 // page's link starts after the last request shown.
 func TestRequestsPageByKeyset(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	svc := w.service(t, idempotency.Config{})
+	w := consoletest.NewWorld(t)
+	svc := w.Service(t, idempotency.Config{})
 	for i := range 53 {
-		charge(t, svc, w.Tenant, "k-"+string(rune('A'+i/26))+string(rune('a'+i%26)), visa)
+		consoletest.Charge(t, svc, w.Tenant, "k-"+string(rune('A'+i/26))+string(rune('a'+i%26)), consoletest.Visa)
 	}
-	c := w.client(t)
-	_, page := get(t, c, w.Base+"/requests?operation=charge")
+	c := w.Client(t)
+	_, page := consoletest.Get(t, c, w.Base+"/requests?operation=charge")
 	keys := regexp.MustCompile(`key=(k-[A-Za-z]{2})&amp;tenant=t"`).FindAllStringSubmatch(page, -1)
 	require.Len(t, keys, 50)
 	next := regexp.MustCompile(`id="next-page" href="([^"]+)"`).FindStringSubmatch(page)
 	require.Len(t, next, 2)
-	_, page2 := get(t, c, w.Base+strings.ReplaceAll(next[1], "&amp;", "&"))
+	_, page2 := consoletest.Get(t, c, w.Base+strings.ReplaceAll(next[1], "&amp;", "&"))
 	more := regexp.MustCompile(`key=(k-[A-Za-z]{2})&amp;tenant=t"`).FindAllStringSubmatch(page2, -1)
 	require.Len(t, more, 3)
 	seen := map[string]bool{}

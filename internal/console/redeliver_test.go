@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/events"
+	"github.com/phasepay/phasepay/internal/testutil/consoletest"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
@@ -22,7 +23,7 @@ import (
 func TestConsoleRedeliversWebhooks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	w := newWorld(t)
+	w := consoletest.NewWorld(t)
 	ep, err := webhooks.Create(ctx, w.Live, w.Tenant, "https://hooks.example/in", []string{"*"})
 	require.NoError(t, err)
 	ev, err := events.Write(ctx, w.Live, w.Tenant, "charge.authorized", []byte(`{"id":"ch_1","object":"charge"}`))
@@ -38,9 +39,9 @@ func TestConsoleRedeliversWebhooks(t *testing.T) {
 		return s
 	}
 
-	c := w.client(t)
+	c := w.Client(t)
 	page := w.Base + "/webhook?" + url.Values{"tenant": {"t"}, "id": {ep.ID}}.Encode()
-	status, body := get(t, c, page)
+	status, body := consoletest.Get(t, c, page)
 	require.Equal(t, http.StatusOK, status, body)
 	require.Contains(t, body, `id="redeliver-form"`)
 	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
@@ -64,13 +65,13 @@ func TestConsoleRedeliversWebhooks(t *testing.T) {
 	loc := post(url.Values{"event": {ev.ID}})
 	require.Contains(t, loc, "refused=name")
 	require.Equal(t, "failed", state(), "refused: nothing changed")
-	_, body = get(t, c, w.Base+loc)
+	_, body = consoletest.Get(t, c, w.Base+loc)
 	require.Contains(t, body, "your name is required")
 
 	loc = post(url.Values{"event": {ev.ID}, "by": {"alice"}})
 	require.Contains(t, loc, "did=redelivered")
 	require.Equal(t, "pending", state())
-	_, body = get(t, c, w.Base+loc)
+	_, body = consoletest.Get(t, c, w.Base+loc)
 	require.Contains(t, body, "Redelivery recorded: 1 deliveries are due now")
 
 	giveUp()

@@ -3,7 +3,6 @@ package console_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"net"
 	"net/http"
 	"net/url"
@@ -13,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/console"
+	"github.com/phasepay/phasepay/internal/testutil/consoletest"
 )
 
 // noRedirects is a client that shows each answer as it is.
@@ -27,71 +26,35 @@ func noRedirects() *http.Client {
 // TestLoginLinkSendsOnlyToTheConsole: pitfall 97 "A login link that sends
 // the operator to another site". Each next= a link may carry, raw or
 // percent-encoded, with what WHATWG parsers strip or read as a slash: only
-// a path of the console is followed, anything else goes to "/". And every
-// Location the login answered, resolved by a real browser's URL parser
-// against the console, stays on the console.
+// a path of the console is followed, anything else goes to "/". That a
+// real browser's URL parser keeps every such Location on the console is
+// TestLoginLocationsStayOnTheConsole's, in tools/consolebrowser.
 func TestLoginLinkSendsOnlyToTheConsole(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	kept := []string{
-		"/", "/requests?state=needs_attention", "/request?key=a%2Fb%5Cc&tenant=t", "/charge?tenant=t&id=ch_1",
-	}
-	refused := []string{
-		"", "requests", "//evil.example/", "///evil.example", "/\\evil.example", "\\\\evil.example",
-		"/\t/evil.example", "/\n/evil.example", "/\r/evil.example", "/\t\\evil.example", "\t//evil.example",
-		" //evil.example", "/\x00/evil.example", "\x00", "/x\x7f", "/\u00a0/evil.example", "/\u2028/evil.example",
-		"/%09/evil.example", "/%0a/evil.example", "/%2F/evil.example", "/%2f%2fevil.example", "/%5Cevil.example",
-		"/%00", "/%zz", "https://evil.example/", "http:/evil.example", "javascript:alert(1)",
-	}
+	w := consoletest.NewWorld(t)
 	var locations []string
-	login := func(next string, post bool) string {
-		var resp *http.Response
-		var err error
-		if post {
-			resp, err = noRedirects().PostForm(w.Base+"/login", url.Values{"token": {testToken}, "next": {next}})
-		} else {
-			resp, err = noRedirects().Get(w.Base + "/login?" + url.Values{"token": {testToken}, "next": {next}}.Encode())
-		}
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, http.StatusSeeOther, resp.StatusCode, "%q", next)
-		loc := resp.Header.Get("Location")
+	for _, next := range consoletest.NextKept {
+		loc := consoletest.LoginLocation(t, w.Base, next, false)
+		require.Equal(t, next, loc, "a path of the console is followed")
 		locations = append(locations, loc)
-		return loc
 	}
-	for _, next := range kept {
-		require.Equal(t, next, login(next, false), "a path of the console is followed")
-	}
-	for _, next := range refused {
+	for _, next := range consoletest.NextRefused {
 		for _, post := range []bool{false, true} {
-			require.Equal(t, "/", login(next, post), "%q (post %v)", next, post)
+			loc := consoletest.LoginLocation(t, w.Base, next, post)
+			require.Equal(t, "/", loc, "%q (post %v)", next, post)
+			locations = append(locations, loc)
 		}
 	}
 	for _, loc := range locations {
 		require.Regexp(t, `^/([^/\\]|$)`, loc)
 		require.NotRegexp(t, `[\x00-\x20\x7f\\]`, loc)
 	}
-
-	// What a browser makes of them.
-	browser := tab(t, w.Base)
-	origins, err := chromedp.Run(browser, chromedp.Evaluate[[]string](
-		`(`+jsonStrings(locations)+`).map(l => new URL(l, location.href).origin)`))
-	require.NoError(t, err)
-	for i, o := range origins {
-		require.Equal(t, w.Base, o, "Location %q", locations[i])
-	}
-}
-
-// jsonStrings writes ss as a JavaScript array literal.
-func jsonStrings(ss []string) string {
-	b, _ := json.Marshal(ss) // strings always encode
-	return string(b)
 }
 
 // loginCookie logs in and returns the session cookie.
 func loginCookie(t *testing.T, base string) *http.Cookie {
 	t.Helper()
-	resp, err := noRedirects().PostForm(base+"/login", url.Values{"token": {testToken}})
+	resp, err := noRedirects().PostForm(base+"/login", url.Values{"token": {consoletest.Token}})
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
@@ -119,7 +82,7 @@ func withCookie(t *testing.T, u string, c *http.Cookie) int {
 // stream that it opened ends.
 func TestLogoutEndsTheSessionOnTheServer(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := consoletest.NewWorld(t)
 	other := newConsole(t, w)
 	c := loginCookie(t, w.Base)
 	require.Equal(t, http.StatusOK, withCookie(t, w.Base+"/requests", c))
@@ -142,7 +105,7 @@ func TestLogoutEndsTheSessionOnTheServer(t *testing.T) {
 		ended <- sc.Err()
 	}()
 
-	_, page := get(t, &http.Client{Jar: jarWith(t, w.Base, c)}, w.Base+"/requests")
+	_, page := consoletest.Get(t, &http.Client{Jar: jarWith(t, w.Base, c)}, w.Base+"/requests")
 	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
 	require.Len(t, csrf, 2)
 	req, err = http.NewRequest(http.MethodPost, w.Base+"/logout", strings.NewReader(url.Values{"csrf": {csrf[1]}}.Encode()))
@@ -206,11 +169,11 @@ func (j *cookieJar) Cookies(*url.URL) []*http.Cookie {
 }
 
 // newConsole starts a second console on w's database, with the same token.
-func newConsole(t *testing.T, w *world) string {
+func newConsole(t *testing.T, w *consoletest.World) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv, err := console.New(console.Config{Pool: w.Live, Desk: w.desk, Token: testToken, Addr: ln.Addr().String()})
+	srv, err := console.New(console.Config{Pool: w.Live, Desk: w.Desk, Token: consoletest.Token, Addr: ln.Addr().String()})
 	require.NoError(t, err)
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
@@ -225,14 +188,14 @@ func newConsole(t *testing.T, w *world) string {
 // port and CONSOLE_HOSTS are answered, on every path.
 func TestConsoleAnswersOnlyToItsNames(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, func(c *console.Config) { c.Hosts = []string{"console.example", "proxy.example:8443"} })
+	w := consoletest.NewWorld(t, func(c *console.Config) { c.Hosts = []string{"console.example", "proxy.example:8443"} })
 	_, port, err := net.SplitHostPort(w.Addr)
 	require.NoError(t, err)
 	status := func(host, path string) int {
 		req, err := http.NewRequest(http.MethodGet, w.Base+path, nil)
 		require.NoError(t, err)
 		req.Host = host
-		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Authorization", "Bearer "+consoletest.Token)
 		resp, err := noRedirects().Do(req)
 		require.NoError(t, err)
 		resp.Body.Close()
@@ -292,7 +255,7 @@ func fromAddress(ip string) *http.Client {
 func TestWrongTokensAreSlowed(t *testing.T) {
 	t.Parallel()
 	clk := &clock{now: time.Now()}
-	w := newWorld(t, func(c *console.Config) { c.Now = clk.Now })
+	w := consoletest.NewWorld(t, func(c *console.Config) { c.Now = clk.Now })
 	attacker, operator := fromAddress("127.0.0.1"), fromAddress("127.0.0.2")
 	login := func(c *http.Client, token string) *http.Response {
 		resp, err := c.PostForm(w.Base+"/login", url.Values{"token": {token}})
@@ -318,37 +281,37 @@ func TestWrongTokensAreSlowed(t *testing.T) {
 	for range 4 {
 		require.Equal(t, http.StatusUnauthorized, bearer(attacker, "guess-0123456789").StatusCode)
 	}
-	require.Equal(t, http.StatusSeeOther, login(attacker, testToken).StatusCode, "not slowed yet")
+	require.Equal(t, http.StatusSeeOther, login(attacker, consoletest.Token).StatusCode, "not slowed yet")
 
 	// The fifth within the window.
 	require.Equal(t, http.StatusUnauthorized, login(attacker, "guess-0123456789").StatusCode)
 	for _, resp := range []*http.Response{
-		login(attacker, "guess-0123456789"), login(attacker, testToken),
-		bearer(attacker, "guess-0123456789"), bearer(attacker, testToken),
+		login(attacker, "guess-0123456789"), login(attacker, consoletest.Token),
+		bearer(attacker, "guess-0123456789"), bearer(attacker, consoletest.Token),
 	} {
 		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 		require.Equal(t, "60", resp.Header.Get("Retry-After"))
 	}
-	require.Equal(t, http.StatusSeeOther, login(operator, testToken).StatusCode, "another address is not held up")
+	require.Equal(t, http.StatusSeeOther, login(operator, consoletest.Token).StatusCode, "another address is not held up")
 
 	clk.Add(45 * time.Second)
-	resp := login(attacker, testToken)
+	resp := login(attacker, consoletest.Token)
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	require.Equal(t, "15", resp.Header.Get("Retry-After"))
 	clk.Add(15 * time.Second)
-	require.Equal(t, http.StatusSeeOther, login(attacker, testToken).StatusCode, "the right token, after the wait")
-	require.Equal(t, http.StatusOK, bearer(attacker, testToken).StatusCode)
+	require.Equal(t, http.StatusSeeOther, login(attacker, consoletest.Token).StatusCode, "the right token, after the wait")
+	require.Equal(t, http.StatusOK, bearer(attacker, consoletest.Token).StatusCode)
 }
 
 // A session signed under another token opens nothing: changing the token
 // ends every session.
 func TestChangingTheTokenEndsEverySession(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := consoletest.NewWorld(t)
 	c := loginCookie(t, w.Base)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv, err := console.New(console.Config{Pool: w.Live, Desk: w.desk, Token: testToken + "-rotated", Addr: ln.Addr().String()})
+	srv, err := console.New(console.Config{Pool: w.Live, Desk: w.Desk, Token: consoletest.Token + "-rotated", Addr: ln.Addr().String()})
 	require.NoError(t, err)
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()

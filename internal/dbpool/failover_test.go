@@ -10,10 +10,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/pgcluster"
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/telemetry"
+	"github.com/phasepay/phasepay/internal/testutil/pgcluster"
 )
 
 // After a failover, the node a pool's connections were opened to may

@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/telemetry"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // With PostgreSQL's default plan_cache_mode (auto), a prepared statement on

@@ -8,10 +8,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/pgbouncer"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/telemetry"
+	"github.com/phasepay/phasepay/internal/testutil/pgbouncer"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // Pitfall: every connection's statement, lock and idle timeouts and its

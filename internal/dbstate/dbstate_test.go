@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/pgcluster"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbstate"
+	"github.com/phasepay/phasepay/internal/testutil/pgcluster"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // The errors a stopped, restarting or blocked server really produces are

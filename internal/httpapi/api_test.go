@@ -15,14 +15,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/api/apitest"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/httpapi"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // The handler against a real database of its own and a mock PSP behind the
@@ -36,7 +37,7 @@ var validator = sync.OnceValues(apitest.New)
 type apiBundle struct {
 	url       string
 	pool      *pgxpool.Pool
-	mock      *psp.Mock
+	mock      *mockpsp.Mock
 	tenant    tenants.Tenant
 	key       string // tenant's API key
 	otherKey  string // another tenant's API key
@@ -51,7 +52,7 @@ func setupAPI(t *testing.T, clock time.Time) *apiBundle {
 	pool := testdb.Pool(t, testdb.NewURL(t), clock)
 	keys, err := idempotency.NewStore(idempotency.Config{Lease: time.Minute})
 	require.NoError(t, err)
-	mock, err := psp.NewMock(psp.Faults{})
+	mock, err := mockpsp.New(mockpsp.Faults{})
 	require.NoError(t, err)
 	pspSrv := httptest.NewServer(mock)
 	t.Cleanup(pspSrv.Close)

@@ -16,13 +16,14 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/telemetry"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // fuzzRoute is one route of the router, as chi.Walk reports it.
@@ -55,7 +56,7 @@ func FuzzRouteParams(f *testing.F) {
 	pool := testdb.Pool(f, testdb.NewURL(f), time.Time{})
 	keys, err := idempotency.NewStore(idempotency.Config{Lease: time.Minute})
 	require.NoError(f, err)
-	mock, err := psp.NewMock(psp.Faults{})
+	mock, err := mockpsp.New(mockpsp.Faults{})
 	require.NoError(f, err)
 	pspSrv := httptest.NewServer(mock)
 	f.Cleanup(pspSrv.Close)

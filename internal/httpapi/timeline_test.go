@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 )
 
 // timelineReply is GET /v1/idempotency_keys/{key}/timeline's body, each
@@ -49,7 +49,7 @@ func TestTenantTimelineShowsNoInternals(t *testing.T) {
 	charge := `{"amount":1000,"currency":"usd","payment_method":"pm_card_visa"}`
 
 	// The PSP is down: the attempt is released with its raw cause.
-	require.NoError(t, b.mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	requireStatus(t, b.do(t, http.MethodPost, "/v1/charges", "order-1", charge), http.StatusServiceUnavailable, "psp_unavailable")
 	var detail string
 	require.NoError(t, b.pool.QueryRow(t.Context(),
@@ -58,7 +58,7 @@ func TestTenantTimelineShowsNoInternals(t *testing.T) {
 	require.Contains(t, detail, "injected fault", "the stored cause repeats the PSP's raw answer (for operators)")
 
 	// It comes back; the retry, once due, finishes the charge.
-	require.NoError(t, b.mock.SetFaults(psp.Faults{}))
+	require.NoError(t, b.mock.SetFaults(mockpsp.Faults{}))
 	time.Sleep(1300 * time.Millisecond) // RETRY_BASE 1s, +25% jitter
 	requireStatus(t, b.do(t, http.MethodPost, "/v1/charges", "order-1", charge), http.StatusCreated, "")
 

@@ -30,6 +30,7 @@ func LostTakeoverForTest(s *Store, rec Record) *LostTakeoverError {
 // UnlockBatchSQLForTest is the release of a lost batch takeover, for the
 // plan test.
 var UnlockBatchSQLForTest = unlockBatchSQL
+
 // PeekDayStatementForTest is the day read PeekDay sends for day, for the
 // plan tests.
 var PeekDayStatementForTest = peekDayStatement

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // seedBacklogSQL: a PSP outage's backlog of tenant $1, keys 1..$2 claimed

@@ -10,10 +10,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/pgbouncer"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/maintenance"
+	"github.com/phasepay/phasepay/internal/testutil/pgbouncer"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // The maintenance lock was held by a transaction on one connection while

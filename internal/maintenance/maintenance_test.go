@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/phasepay/phasepay/harness/pgbouncer"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/maintenance"
+	"github.com/phasepay/phasepay/internal/testutil/pgbouncer"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 func TestMain(m *testing.M) {

@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/operator"
 	"github.com/phasepay/phasepay/internal/phases"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/telemetry"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 )
 
 func TestMain(m *testing.M) {
@@ -49,7 +49,7 @@ func setup(t *testing.T) (*chargestest.Bundle, *charges.Service, *operator.Desk)
 // operator.
 func needsAttention(t *testing.T, b *chargestest.Bundle, svc *charges.Service, key string) {
 	t.Helper()
-	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	req, _ := chargestest.Request(t, visa)
 	_, err := svc.Create(context.Background(), b.Tenant, key, phases.Parsed(req))
 	require.ErrorIs(t, err, idempotency.ErrUnresolved)
@@ -98,7 +98,7 @@ func TestOperatorActsAreOnTheTimeline(t *testing.T) {
 	require.Equal(t, lv, refused.LockVersion, "the entry explains the new lock_version")
 	require.Contains(t, refused.Detail, "could not be asked")
 
-	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))
+	require.NoError(t, b.Mock.SetFaults(mockpsp.Faults{}))
 	_, resp, err := desk.Resolve(ctx, "t", "k", charges.Resolution{As: charges.ResolveFailed, Reason: "ticket 5521, Jane at the PSP", By: "alice"})
 	require.NoError(t, err)
 	require.Equal(t, 402, resp.Status)

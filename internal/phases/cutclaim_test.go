@@ -9,10 +9,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/pgfault"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/testutil/pgfault"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // slowWorld is an engine (one process) on a pool through a claimCutter,

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/reaper"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // A phase that fails after its foreign call ended the run with the lease

@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/pgfault"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/testutil/pgfault"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // answerDropper stands between a pool and PostgreSQL. Once armed, it

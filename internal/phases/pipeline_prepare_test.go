@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbstate"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // onePool is a pool of one connection on a fresh database, so that every

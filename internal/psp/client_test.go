@@ -1,23 +1,26 @@
-package psp
+package psp_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 )
 
 type clientBundle struct {
-	mock   *Mock
-	client *Client
+	mock   *mockpsp.Mock
+	client *psp.Client
 	// wire holds every request that reached the server, in order, whether
 	// or not the mock saw it: "POST <key>" or "GET <reference>".
 	wire *wireLog
@@ -64,16 +67,20 @@ func postsOnly(answer func(w http.ResponseWriter)) interceptFunc {
 // setupClient serves a mock configured by mcfg behind a handler that logs
 // each request and may answer it itself. cfg's BaseURL is filled in, and its
 // zero backoffs are made short so that retries cost milliseconds.
-func setupClient(t *testing.T, mcfg MockConfig, cfg ClientConfig, intercept interceptFunc) *clientBundle {
+func setupClient(t *testing.T, mcfg mockpsp.Config, cfg psp.ClientConfig, intercept interceptFunc) *clientBundle {
 	t.Helper()
-	b := setupMockConfig(t, mcfg)
+	// A fixed random source: the mock's fault rolls and ids are the same on
+	// every run.
+	mcfg.Source = rand.NewPCG(1, 2)
+	mock, err := mockpsp.NewFromConfig(mcfg)
+	require.NoError(t, err)
 	wire := &wireLog{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := wire.add(r)
 		if intercept != nil && intercept(n, w, r) {
 			return
 		}
-		b.mock.ServeHTTP(w, r)
+		mock.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 
@@ -84,21 +91,21 @@ func setupClient(t *testing.T, mcfg MockConfig, cfg ClientConfig, intercept inte
 	if cfg.HTTPClient == nil {
 		// A transport per test, closed with it: goleak sees no idle
 		// connection left behind.
-		cfg.HTTPClient = NewHTTPClient(NewTransport())
+		cfg.HTTPClient = psp.NewHTTPClient(psp.NewTransport())
 		t.Cleanup(cfg.HTTPClient.CloseIdleConnections)
 	}
-	client, err := NewClient(cfg)
+	client, err := psp.NewClient(cfg)
 	require.NoError(t, err)
-	return &clientBundle{mock: b.mock, client: client, wire: wire}
+	return &clientBundle{mock: mock, client: client, wire: wire}
 }
 
 // visaRequest is a charge's first attempt: nothing sent before.
-func visaRequest(key string) AuthorizeRequest {
-	return AuthorizeRequest{IdempotencyKey: key, FirstSend: true, Amount: 1000, Currency: "usd", PaymentMethod: "pm_card_visa", Reference: "ch_1"}
+func visaRequest(key string) psp.AuthorizeRequest {
+	return psp.AuthorizeRequest{IdempotencyKey: key, FirstSend: true, Amount: 1000, Currency: "usd", PaymentMethod: "pm_card_visa", Reference: "ch_1"}
 }
 
 // resumed is req as a later attempt sends it: something may have been sent.
-func resumed(req AuthorizeRequest) AuthorizeRequest {
+func resumed(req psp.AuthorizeRequest) psp.AuthorizeRequest {
 	req.FirstSend = false
 	return req
 }
@@ -108,11 +115,11 @@ func TestAuthorize(t *testing.T) {
 
 	t.Run("Authorized", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, nil)
 		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("ch_1:authorize"))
 		require.NoError(t, err)
-		require.Equal(t, ClassSuccess, out.Class)
-		require.Equal(t, StatusAuthorized, out.Authorization.Status)
+		require.Equal(t, psp.ClassSuccess, out.Class)
+		require.Equal(t, psp.StatusAuthorized, out.Authorization.Status)
 		require.Nil(t, out.Authorization.DeclineCode)
 		require.Equal(t, "ch_1", out.Authorization.Reference)
 		require.Equal(t, 1, out.Sent)
@@ -121,52 +128,52 @@ func TestAuthorize(t *testing.T) {
 
 		ledger := b.mock.Authorizations()
 		require.Len(t, ledger, 1)
-		require.Equal(t, LedgerEntry{
+		require.Equal(t, mockpsp.LedgerEntry{
 			ID: out.Authorization.ID, IdempotencyKey: "ch_1:authorize", Reference: "ch_1",
-			Amount: 1000, Currency: "usd", Status: StatusAuthorized, Attempts: 1,
+			Amount: 1000, Currency: "usd", Status: psp.StatusAuthorized, Attempts: 1,
 		}, ledger[0])
 	})
 
 	t.Run("DeclinedIsAFinalAnswerNotAnError", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, nil)
 		req := visaRequest("k1")
-		req.PaymentMethod = PaymentMethodDeclined
+		req.PaymentMethod = mockpsp.PaymentMethodDeclined
 		out, err := b.client.AuthorizeOutcome(t.Context(), req)
 		require.NoError(t, err)
-		require.Equal(t, ClassFinalFailure, out.Class)
+		require.Equal(t, psp.ClassFinalFailure, out.Class)
 		require.True(t, out.Declined())
 		require.NotNil(t, out.Authorization.DeclineCode)
-		require.Equal(t, DeclineCodeCardDeclined, *out.Authorization.DeclineCode)
+		require.Equal(t, psp.DeclineCodeCardDeclined, *out.Authorization.DeclineCode)
 		require.Equal(t, []string{"POST k1"}, b.wire.all())
 	})
 
 	t.Run("ResumeLooksUpFirst", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, nil)
 		out, err := b.client.AuthorizeOutcome(t.Context(), resumed(visaRequest("k1")))
 		require.NoError(t, err)
-		require.Equal(t, ClassSuccess, out.Class)
+		require.Equal(t, psp.ClassSuccess, out.Class)
 		require.Equal(t, []string{"GET ch_1", "POST k1"}, b.wire.all())
 		require.Equal(t, 1, out.Lookups)
 	})
 
 	t.Run("CompatibleAuthorize", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, nil)
 		auth, err := b.client.Authorize(t.Context(), visaRequest("k1"))
 		require.NoError(t, err)
-		require.Equal(t, StatusAuthorized, auth.Status)
+		require.Equal(t, psp.StatusAuthorized, auth.Status)
 
 		req := visaRequest("k2")
 		req.PaymentMethod = "card_visa"
 		_, err = b.client.Authorize(t.Context(), req)
-		require.ErrorIs(t, err, ErrRejected)
+		require.ErrorIs(t, err, psp.ErrRejected)
 	})
 
 	t.Run("KeyAndReferenceRequired", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, nil)
 		_, err := b.client.AuthorizeOutcome(t.Context(), visaRequest(""))
 		require.Error(t, err)
 		_, err = b.client.AuthorizeOnce(t.Context(), visaRequest(""))
@@ -183,13 +190,13 @@ func TestAuthorize(t *testing.T) {
 	t.Run("CustomHTTPClient", func(t *testing.T) {
 		t.Parallel()
 		var used bool
-		tr := NewTransport()
+		tr := psp.NewTransport()
 		t.Cleanup(tr.CloseIdleConnections)
-		httpClient := NewHTTPClient(roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		httpClient := psp.NewHTTPClient(roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 			used = true
 			return tr.RoundTrip(r)
 		}))
-		b := setupClient(t, MockConfig{}, ClientConfig{HTTPClient: httpClient}, nil)
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{HTTPClient: httpClient}, nil)
 		_, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
 		require.NoError(t, err)
 		require.True(t, used)
@@ -205,11 +212,11 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 // records what it finds as if it had been answered.
 func TestLostAnswerIsResolvedByLookup(t *testing.T) {
 	t.Parallel()
-	b := setupClient(t, MockConfig{Faults: Faults{DropRate: 1}}, ClientConfig{}, nil)
+	b := setupClient(t, mockpsp.Config{Faults: mockpsp.Faults{DropRate: 1}}, psp.ClientConfig{}, nil)
 
 	out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
 	require.NoError(t, err)
-	require.Equal(t, ClassSuccess, out.Class)
+	require.Equal(t, psp.ClassSuccess, out.Class)
 	require.True(t, out.FoundByLookup)
 	require.Equal(t, 1, out.Sent, "found by lookup: never sent again")
 	require.Equal(t, 1, out.Lookups)
@@ -225,9 +232,9 @@ func TestLostAnswerIsResolvedByLookup(t *testing.T) {
 
 	t.Run("Decline", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{Faults: Faults{DropRate: 1}}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{Faults: mockpsp.Faults{DropRate: 1}}, psp.ClientConfig{}, nil)
 		req := visaRequest("k1")
-		req.PaymentMethod = PaymentMethodDeclined
+		req.PaymentMethod = mockpsp.PaymentMethodDeclined
 		out, err := b.client.AuthorizeOutcome(t.Context(), req)
 		require.NoError(t, err)
 		require.True(t, out.Declined())
@@ -244,7 +251,7 @@ func TestLookupBeforeResend(t *testing.T) {
 
 	t.Run("NotFoundThenResent", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, func(n int, w http.ResponseWriter, r *http.Request) bool {
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, func(n int, w http.ResponseWriter, r *http.Request) bool {
 			if n == 1 {
 				http.Error(w, "overloaded", http.StatusServiceUnavailable)
 				return true
@@ -253,7 +260,7 @@ func TestLookupBeforeResend(t *testing.T) {
 		})
 		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
 		require.NoError(t, err)
-		require.Equal(t, ClassSuccess, out.Class)
+		require.Equal(t, psp.ClassSuccess, out.Class)
 		require.False(t, out.FoundByLookup)
 		require.Equal(t, []string{"POST k1", "GET ch_1", "POST k1"}, b.wire.all())
 		require.Equal(t, 2, out.Sent)
@@ -263,34 +270,34 @@ func TestLookupBeforeResend(t *testing.T) {
 
 	t.Run("LookupFailsNothingMoreIsSent", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{Faults: Faults{DropRate: 1, LookupErrorRate: 1}}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{Faults: mockpsp.Faults{DropRate: 1, LookupErrorRate: 1}}, psp.ClientConfig{}, nil)
 		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
-		require.ErrorIs(t, err, ErrUnavailable)
+		require.ErrorIs(t, err, psp.ErrUnavailable)
 		require.ErrorContains(t, err, "lookup")
-		require.Equal(t, ClassUnknown, out.Class)
+		require.Equal(t, psp.ClassUnknown, out.Class)
 		require.Equal(t, []string{"POST k1", "GET ch_1"}, b.wire.all())
 		require.Equal(t, 1, b.mock.Injected().LookupErrors)
 	})
 
 	t.Run("ResumeWhoseLookupFailsSendsNothing", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{Faults: Faults{LookupErrorRate: 1}}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{Faults: mockpsp.Faults{LookupErrorRate: 1}}, psp.ClientConfig{}, nil)
 		out, err := b.client.AuthorizeOutcome(t.Context(), resumed(visaRequest("k1")))
-		require.ErrorIs(t, err, ErrUnavailable)
-		require.Equal(t, ClassUnknown, out.Class)
+		require.ErrorIs(t, err, psp.ErrUnavailable)
+		require.Equal(t, psp.ClassUnknown, out.Class)
 		require.Zero(t, out.Sent)
 		require.Equal(t, []string{"GET ch_1"}, b.wire.all())
 	})
 
 	t.Run("EveryUnknownIsLookedUp", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{MaxAttempts: 3}, postsOnly(func(w http.ResponseWriter) {
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{MaxAttempts: 3}, postsOnly(func(w http.ResponseWriter) {
 			http.Error(w, "overloaded", http.StatusBadGateway)
 		}))
 		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
-		require.ErrorIs(t, err, ErrUnavailable)
+		require.ErrorIs(t, err, psp.ErrUnavailable)
 		require.ErrorContains(t, err, "502")
-		require.Equal(t, ClassUnknown, out.Class)
+		require.Equal(t, psp.ClassUnknown, out.Class)
 		require.Equal(t, 502, out.StatusCode)
 		require.Equal(t, 3, out.Sent)
 		require.Equal(t, 3, out.Lookups, "the last send is looked up too: no 503 when a lookup could settle it")
@@ -301,7 +308,7 @@ func TestLookupBeforeResend(t *testing.T) {
 	// the mock's own request log as a black-box test would.
 	t.Run("UnderFaults", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{Faults: Faults{ErrorRate: 0.3, DropRate: 0.3, LookupErrorRate: 0.3}}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{Faults: mockpsp.Faults{ErrorRate: 0.3, DropRate: 0.3, LookupErrorRate: 0.3}}, psp.ClientConfig{}, nil)
 		for i := range 40 {
 			req := visaRequest(fmt.Sprintf("ch_%d:authorize", i))
 			req.Reference = fmt.Sprintf("ch_%d", i)
@@ -316,7 +323,7 @@ func TestLookupBeforeResend(t *testing.T) {
 // requireLookupBeforeEveryResend checks, per reference, that an
 // authorization is never sent again after a send without a lookup that
 // answered between them.
-func requireLookupBeforeEveryResend(t *testing.T, reqs []RequestEntry) {
+func requireLookupBeforeEveryResend(t *testing.T, reqs []mockpsp.RequestEntry) {
 	t.Helper()
 	sentSinceLookup := map[string]bool{}
 	var posts, lookups int
@@ -340,7 +347,7 @@ func TestBusyIsRetriedUnderSameKey(t *testing.T) {
 
 	t.Run("WithoutLookup", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, func(n int, w http.ResponseWriter, _ *http.Request) bool {
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, func(n int, w http.ResponseWriter, _ *http.Request) bool {
 			switch n {
 			case 1:
 				http.Error(w, "slow down", http.StatusTooManyRequests)
@@ -353,13 +360,13 @@ func TestBusyIsRetriedUnderSameKey(t *testing.T) {
 		})
 		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
 		require.NoError(t, err)
-		require.Equal(t, ClassSuccess, out.Class)
+		require.Equal(t, psp.ClassSuccess, out.Class)
 		require.Equal(t, []string{"POST k1", "POST k1", "POST k1"}, b.wire.all(), "nothing was done: no lookup needed")
 	})
 
 	t.Run("HonoursShortRetryAfter", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{InitialBackoff: time.Millisecond, MaxBackoff: 2 * time.Second}, func(n int, w http.ResponseWriter, _ *http.Request) bool {
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{InitialBackoff: time.Millisecond, MaxBackoff: 2 * time.Second}, func(n int, w http.ResponseWriter, _ *http.Request) bool {
 			if n == 1 {
 				w.Header().Set("Retry-After", "1")
 				w.WriteHeader(http.StatusTooManyRequests)
@@ -370,21 +377,21 @@ func TestBusyIsRetriedUnderSameKey(t *testing.T) {
 		start := time.Now()
 		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
 		require.NoError(t, err)
-		require.Equal(t, ClassSuccess, out.Class)
+		require.Equal(t, psp.ClassSuccess, out.Class)
 		require.GreaterOrEqual(t, time.Since(start), time.Second)
 	})
 
 	t.Run("LongRetryAfterIsTheCallersToSchedule", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, postsOnly(func(w http.ResponseWriter) {
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, postsOnly(func(w http.ResponseWriter) {
 			w.Header().Set("Retry-After", "30")
 			http.Error(w, `{"error":{"code":"rate_limited","message":"slow down"}}`, http.StatusTooManyRequests)
 		}))
 		start := time.Now()
 		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
-		require.ErrorIs(t, err, ErrBusy)
-		require.NotErrorIs(t, err, ErrUnavailable)
-		require.Equal(t, ClassBusy, out.Class)
+		require.ErrorIs(t, err, psp.ErrBusy)
+		require.NotErrorIs(t, err, psp.ErrUnavailable)
+		require.Equal(t, psp.ClassBusy, out.Class)
 		require.Equal(t, 30*time.Second, out.RetryAfter)
 		require.Equal(t, "rate_limited: slow down", out.Reason)
 		require.Equal(t, 1, out.Sent)
@@ -393,12 +400,12 @@ func TestBusyIsRetriedUnderSameKey(t *testing.T) {
 
 	t.Run("BudgetSpent", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{MaxAttempts: 2}, postsOnly(func(w http.ResponseWriter) {
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{MaxAttempts: 2}, postsOnly(func(w http.ResponseWriter) {
 			http.Error(w, "busy", http.StatusConflict)
 		}))
 		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
-		require.ErrorIs(t, err, ErrBusy)
-		require.Equal(t, ClassBusy, out.Class)
+		require.ErrorIs(t, err, psp.ErrBusy)
+		require.Equal(t, psp.ClassBusy, out.Class)
 		require.Zero(t, out.RetryAfter)
 		require.Equal(t, []string{"POST k1", "POST k1"}, b.wire.all())
 	})
@@ -411,13 +418,13 @@ func TestFinalFailureIsNeverResent(t *testing.T) {
 
 	t.Run("InvalidRequest", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, nil)
 		req := visaRequest("k1")
 		req.PaymentMethod = "card_visa"
 		out, err := b.client.AuthorizeOutcome(t.Context(), req)
-		require.ErrorIs(t, err, ErrRejected)
-		require.NotErrorIs(t, err, ErrUnavailable)
-		require.Equal(t, ClassFinalFailure, out.Class)
+		require.ErrorIs(t, err, psp.ErrRejected)
+		require.NotErrorIs(t, err, psp.ErrUnavailable)
+		require.Equal(t, psp.ClassFinalFailure, out.Class)
 		require.False(t, out.Declined())
 		require.Equal(t, 400, out.StatusCode)
 		require.Contains(t, out.Reason, "invalid_request: payment_method")
@@ -426,10 +433,10 @@ func TestFinalFailureIsNeverResent(t *testing.T) {
 
 	t.Run("RejectRate", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{Faults: Faults{RejectRate: 1}}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{Faults: mockpsp.Faults{RejectRate: 1}}, psp.ClientConfig{}, nil)
 		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
-		require.ErrorIs(t, err, ErrRejected)
-		require.Equal(t, ClassFinalFailure, out.Class)
+		require.ErrorIs(t, err, psp.ErrRejected)
+		require.Equal(t, psp.ClassFinalFailure, out.Class)
 		require.Equal(t, "rejected: injected fault (reject_rate)", out.Reason)
 		require.Empty(t, b.mock.Authorizations(), "a refusal does nothing")
 		require.Equal(t, []string{"POST k1"}, b.wire.all())
@@ -437,13 +444,13 @@ func TestFinalFailureIsNeverResent(t *testing.T) {
 
 	t.Run("KeyReusedWithOtherBody", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, nil)
 		_, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
 		require.NoError(t, err)
 		other := visaRequest("k1")
 		other.Amount = 2000
 		out, err := b.client.AuthorizeOutcome(t.Context(), other)
-		require.ErrorIs(t, err, ErrRejected)
+		require.ErrorIs(t, err, psp.ErrRejected)
 		require.Equal(t, 422, out.StatusCode)
 		require.Contains(t, out.Reason, "idempotency_key_mismatch")
 		require.Equal(t, []string{"POST k1", "POST k1"}, b.wire.all(), "one request per call")
@@ -451,11 +458,11 @@ func TestFinalFailureIsNeverResent(t *testing.T) {
 
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, postsOnly(func(w http.ResponseWriter) {
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, postsOnly(func(w http.ResponseWriter) {
 			http.Error(w, "no such payment method", http.StatusNotFound)
 		}))
 		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
-		require.ErrorIs(t, err, ErrRejected)
+		require.ErrorIs(t, err, psp.ErrRejected)
 		// A body without the PSP's reason field is never the reason (a
 		// tenant reads it in the 402): the public words stand in, and the
 		// body is in the raw cause, for operators.
@@ -489,11 +496,11 @@ func TestAuthorizeOnceSendsOnce(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := setupClient(t, MockConfig{}, ClientConfig{}, postsOnly(answer))
+			b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, postsOnly(answer))
 			out, err := b.client.AuthorizeOnce(t.Context(), visaRequest("k1"))
-			require.ErrorIs(t, err, ErrUnavailable, "the PSP may have acted")
-			require.NotErrorIs(t, err, ErrRejected)
-			require.Equal(t, ClassUnknown, out.Class)
+			require.ErrorIs(t, err, psp.ErrUnavailable, "the PSP may have acted")
+			require.NotErrorIs(t, err, psp.ErrRejected)
+			require.Equal(t, psp.ClassUnknown, out.Class)
 			require.Zero(t, out.Authorization, "no half-read authorization")
 			require.Equal(t, []string{"POST k1"}, b.wire.all())
 		})
@@ -501,9 +508,9 @@ func TestAuthorizeOnceSendsOnce(t *testing.T) {
 
 	t.Run("MalformedIsMarked", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, postsOnly(func(w http.ResponseWriter) { _, _ = w.Write([]byte("{}")) }))
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, postsOnly(func(w http.ResponseWriter) { _, _ = w.Write([]byte("{}")) }))
 		_, err := b.client.AuthorizeOnce(t.Context(), visaRequest("k1"))
-		require.ErrorIs(t, err, errMalformed)
+		require.ErrorIs(t, err, psp.ErrMalformed)
 	})
 }
 
@@ -512,7 +519,7 @@ func TestLookup(t *testing.T) {
 
 	t.Run("ListsEveryAuthorizationForTheReference", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, nil)
 		list, err := b.client.Lookup(t.Context(), "ch_1")
 		require.NoError(t, err)
 		require.Empty(t, list)
@@ -527,12 +534,12 @@ func TestLookup(t *testing.T) {
 
 		list, err = b.client.Lookup(t.Context(), "ch_1")
 		require.NoError(t, err)
-		require.Equal(t, []Authorization{out.Authorization}, list)
+		require.Equal(t, []psp.Authorization{out.Authorization}, list)
 	})
 
 	t.Run("PrefersAnAuthorizedEntry", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, func(_ int, w http.ResponseWriter, r *http.Request) bool {
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, func(_ int, w http.ResponseWriter, r *http.Request) bool {
 			switch r.Method {
 			case http.MethodGet:
 				_, _ = w.Write([]byte(`{"data":[{"id":"auth_1","status":"declined","decline_code":"card_declined","reference":"ch_1"},{"id":"auth_2","status":"authorized","reference":"ch_1"}]}`))
@@ -544,7 +551,7 @@ func TestLookup(t *testing.T) {
 		out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
 		require.NoError(t, err)
 		require.Equal(t, "auth_2", out.Authorization.ID)
-		require.Equal(t, ClassSuccess, out.Class)
+		require.Equal(t, psp.ClassSuccess, out.Class)
 	})
 
 	for name, body := range map[string]string{
@@ -555,21 +562,21 @@ func TestLookup(t *testing.T) {
 	} {
 		t.Run("Malformed"+name, func(t *testing.T) {
 			t.Parallel()
-			b := setupClient(t, MockConfig{}, ClientConfig{}, func(_ int, w http.ResponseWriter, _ *http.Request) bool {
+			b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, func(_ int, w http.ResponseWriter, _ *http.Request) bool {
 				_, _ = w.Write([]byte(body))
 				return true
 			})
 			_, err := b.client.Lookup(t.Context(), "ch_1")
-			require.ErrorIs(t, err, ErrUnavailable)
-			require.ErrorIs(t, err, errMalformed)
+			require.ErrorIs(t, err, psp.ErrUnavailable)
+			require.ErrorIs(t, err, psp.ErrMalformed)
 		})
 	}
 
 	t.Run("ErrorRateFailsLookups", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{Faults: Faults{ErrorRate: 1}}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{Faults: mockpsp.Faults{ErrorRate: 1}}, psp.ClientConfig{}, nil)
 		_, err := b.client.Lookup(t.Context(), "ch_1")
-		require.ErrorIs(t, err, ErrUnavailable)
+		require.ErrorIs(t, err, psp.ErrUnavailable)
 		require.ErrorContains(t, err, "503")
 	})
 }
@@ -581,18 +588,18 @@ func TestLookup(t *testing.T) {
 func TestLookupFindsAuthorizationAfterKeyForgotten(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
-	b := setupClient(t, MockConfig{KeyTTL: time.Hour, Now: clock.now, Faults: Faults{DropRate: 1, LookupErrorRate: 1}}, ClientConfig{}, nil)
+	b := setupClient(t, mockpsp.Config{KeyTTL: time.Hour, Now: clock.now, Faults: mockpsp.Faults{DropRate: 1, LookupErrorRate: 1}}, psp.ClientConfig{}, nil)
 
 	out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
-	require.ErrorIs(t, err, ErrUnavailable)
-	require.Equal(t, ClassUnknown, out.Class)
+	require.ErrorIs(t, err, psp.ErrUnavailable)
+	require.Equal(t, psp.ClassUnknown, out.Class)
 	require.Len(t, b.mock.Authorizations(), 1, "authorized, answer lost, lookup failed")
 
 	clock.advance(2 * time.Hour)
-	require.NoError(t, b.mock.SetFaults(Faults{}))
+	require.NoError(t, b.mock.SetFaults(mockpsp.Faults{}))
 	out, err = b.client.AuthorizeOutcome(t.Context(), resumed(visaRequest("k1")))
 	require.NoError(t, err)
-	require.Equal(t, ClassSuccess, out.Class)
+	require.Equal(t, psp.ClassSuccess, out.Class)
 	require.True(t, out.FoundByLookup)
 	require.Zero(t, out.Sent)
 
@@ -630,24 +637,24 @@ func TestConnectionRefusedIsUnknown(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 
-	client, err := NewClient(ClientConfig{BaseURL: "http://" + addr, MaxAttempts: 2, InitialBackoff: time.Millisecond})
+	client, err := psp.NewClient(psp.ClientConfig{BaseURL: "http://" + addr, MaxAttempts: 2, InitialBackoff: time.Millisecond})
 	require.NoError(t, err)
 	out, err := client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
-	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, psp.ErrUnavailable)
 	require.ErrorContains(t, err, "lookup")
-	require.Equal(t, ClassUnknown, out.Class)
+	require.Equal(t, psp.ClassUnknown, out.Class)
 	require.Equal(t, 1, out.Sent, "the lookup failed too: nothing is sent again")
 }
 
 func TestAttemptTimeoutIsUnknown(t *testing.T) {
 	t.Parallel()
-	b := setupClient(t, MockConfig{Faults: Faults{LatencyMS: 5000}}, ClientConfig{AttemptTimeout: 200 * time.Millisecond}, nil)
+	b := setupClient(t, mockpsp.Config{Faults: mockpsp.Faults{LatencyMS: 5000}}, psp.ClientConfig{AttemptTimeout: 200 * time.Millisecond}, nil)
 
 	start := time.Now()
 	out, err := b.client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
-	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, psp.ErrUnavailable)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Equal(t, ClassUnknown, out.Class)
+	require.Equal(t, psp.ClassUnknown, out.Class)
 	require.Equal(t, 1, out.Lookups, "the lookup timed out too: nothing more is sent")
 	require.Less(t, time.Since(start), 3*time.Second)
 
@@ -664,7 +671,7 @@ func TestContextCancellation(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithCancel(t.Context())
 		// The caller leaves once the request has reached the PSP.
-		b := setupClient(t, MockConfig{Faults: Faults{LatencyMS: 2000}}, ClientConfig{}, func(_ int, _ http.ResponseWriter, _ *http.Request) bool {
+		b := setupClient(t, mockpsp.Config{Faults: mockpsp.Faults{LatencyMS: 2000}}, psp.ClientConfig{}, func(_ int, _ http.ResponseWriter, _ *http.Request) bool {
 			cancel()
 			return false
 		})
@@ -672,8 +679,8 @@ func TestContextCancellation(t *testing.T) {
 		start := time.Now()
 		out, err := b.client.AuthorizeOutcome(ctx, visaRequest("k1"))
 		require.ErrorIs(t, err, context.Canceled)
-		require.NotErrorIs(t, err, ErrUnavailable, "the caller left; the PSP is not known to be down")
-		require.Equal(t, ClassUnknown, out.Class, "the PSP may have acted all the same")
+		require.NotErrorIs(t, err, psp.ErrUnavailable, "the caller left; the PSP is not known to be down")
+		require.Equal(t, psp.ClassUnknown, out.Class, "the PSP may have acted all the same")
 		require.Less(t, time.Since(start), time.Second)
 		require.Equal(t, []string{"POST k1"}, b.wire.all(), "no lookup on a dead context")
 	})
@@ -681,7 +688,7 @@ func TestContextCancellation(t *testing.T) {
 	t.Run("DuringPause", func(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithCancel(t.Context())
-		b := setupClient(t, MockConfig{}, ClientConfig{InitialBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second}, postsOnly(func(w http.ResponseWriter) {
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{InitialBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second}, postsOnly(func(w http.ResponseWriter) {
 			http.Error(w, "busy", http.StatusConflict)
 			// The caller leaves while the client pauses after this answer.
 			time.AfterFunc(100*time.Millisecond, cancel)
@@ -690,28 +697,28 @@ func TestContextCancellation(t *testing.T) {
 		start := time.Now()
 		out, err := b.client.AuthorizeOutcome(ctx, visaRequest("k1"))
 		require.ErrorIs(t, err, context.Canceled)
-		require.NotErrorIs(t, err, ErrBusy)
+		require.NotErrorIs(t, err, psp.ErrBusy)
 		require.ErrorContains(t, err, "409", "the last send's error is kept")
-		require.Equal(t, ClassBusy, out.Class)
+		require.Equal(t, psp.ClassBusy, out.Class)
 		require.Less(t, time.Since(start), time.Second)
 	})
 
 	t.Run("DeadlineDuringPauseKeepsTheClass", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{InitialBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second}, postsOnly(func(w http.ResponseWriter) {
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{InitialBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second}, postsOnly(func(w http.ResponseWriter) {
 			http.Error(w, "busy", http.StatusConflict)
 		}))
 		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 		defer cancel()
 		out, err := b.client.AuthorizeOutcome(ctx, visaRequest("k1"))
-		require.ErrorIs(t, err, ErrBusy)
+		require.ErrorIs(t, err, psp.ErrBusy)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Equal(t, ClassBusy, out.Class)
+		require.Equal(t, psp.ClassBusy, out.Class)
 	})
 
 	t.Run("AlreadyCanceled", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		_, err := b.client.AuthorizeOutcome(ctx, visaRequest("k1"))
@@ -721,7 +728,7 @@ func TestContextCancellation(t *testing.T) {
 
 	t.Run("CancelCause", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{}, psp.ClientConfig{}, nil)
 		ctx, cancel := context.WithCancelCause(t.Context())
 		errShutdown := errors.New("shutting down")
 		cancel(errShutdown)
@@ -732,50 +739,13 @@ func TestContextCancellation(t *testing.T) {
 
 	t.Run("DeadlineIsUnknown", func(t *testing.T) {
 		t.Parallel()
-		b := setupClient(t, MockConfig{Faults: Faults{LatencyMS: 2000}}, ClientConfig{}, nil)
+		b := setupClient(t, mockpsp.Config{Faults: mockpsp.Faults{LatencyMS: 2000}}, psp.ClientConfig{}, nil)
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
 		defer cancel()
 
 		out, err := b.client.AuthorizeOutcome(ctx, visaRequest("k1"))
-		require.ErrorIs(t, err, ErrUnavailable)
+		require.ErrorIs(t, err, psp.ErrUnavailable)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Equal(t, ClassUnknown, out.Class)
+		require.Equal(t, psp.ClassUnknown, out.Class)
 	})
-}
-
-func TestNewClient(t *testing.T) {
-	t.Parallel()
-
-	t.Run("Defaults", func(t *testing.T) {
-		t.Parallel()
-		c, err := NewClient(ClientConfig{BaseURL: "http://psp.test/base/"})
-		require.NoError(t, err)
-		require.Equal(t, "http://psp.test/base/v1/authorizations", c.endpoint)
-		require.Equal(t, AttemptTimeoutDefault, c.cfg.AttemptTimeout)
-		require.Equal(t, MaxAttemptsDefault, c.cfg.MaxAttempts)
-		require.Equal(t, InitialBackoffDefault, c.cfg.InitialBackoff)
-		require.Equal(t, MaxBackoffDefault, c.cfg.MaxBackoff)
-		require.NotNil(t, c.cfg.HTTPClient)
-		require.NotSame(t, http.DefaultClient, c.cfg.HTTPClient)
-		require.IsType(t, &Transport{}, c.cfg.HTTPClient.Transport)
-	})
-
-	for name, cfg := range map[string]ClientConfig{
-		"NoBaseURL":              {},
-		"RelativeURL":            {BaseURL: "/psp"},
-		"NoHost":                 {BaseURL: "http://"},
-		"OtherScheme":            {BaseURL: "ftp://psp.test"},
-		"Unparsable":             {BaseURL: "http://psp.test/%zz"},
-		"NegativeTimeout":        {BaseURL: "http://psp.test", AttemptTimeout: -time.Second},
-		"NegativeAttempts":       {BaseURL: "http://psp.test", MaxAttempts: -1},
-		"NegativeBackoff":        {BaseURL: "http://psp.test", InitialBackoff: -time.Millisecond},
-		"MaxBackoffBelowInitial": {BaseURL: "http://psp.test", InitialBackoff: 2 * time.Second, MaxBackoff: time.Second},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			_, err := NewClient(cfg)
-			require.Error(t, err)
-			require.True(t, strings.HasPrefix(err.Error(), "psp client: "), err.Error())
-		})
-	}
 }

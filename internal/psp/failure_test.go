@@ -1,4 +1,4 @@
-package psp
+package psp_test
 
 import (
 	"context"
@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 )
 
 // internalBody is what a proxy in front of a PSP may answer: a page that
@@ -49,31 +52,31 @@ func TestLastErrorNamesNoInternalAddress(t *testing.T) {
 		failLookups bool
 		// unreachable: nothing listens at the base URL.
 		unreachable bool
-		cfg         ClientConfig
+		cfg         psp.ClientConfig
 		words       string
 		raw         string // part of the raw cause
 	}{
-		{name: "Unreachable", unreachable: true, words: ReasonUnreachable, raw: "connection refused"},
+		{name: "Unreachable", unreachable: true, words: psp.ReasonUnreachable, raw: "connection refused"},
 		{name: "ServiceUnavailableNamingInternalHost", post: answer(503, internalBody), words: "PSP answered 503",
 			raw: "psp-core.internal.corp"},
 		{name: "LookupAnswered503", post: answer(503, internalBody), failLookups: true, words: "PSP answered 503",
 			raw: "10.0.0.53"},
 		{name: "TimedOut", post: func(http.ResponseWriter) { time.Sleep(300 * time.Millisecond) },
-			cfg: ClientConfig{AttemptTimeout: 50 * time.Millisecond, MaxAttempts: 1}, words: ReasonTimedOut,
+			cfg: psp.ClientConfig{AttemptTimeout: 50 * time.Millisecond, MaxAttempts: 1}, words: psp.ReasonTimedOut,
 			raw: "deadline exceeded"},
 		{name: "ConnectionLost", post: func(w http.ResponseWriter) {
 			conn, _, err := http.NewResponseController(w).Hijack()
 			if err == nil {
 				_ = conn.Close()
 			}
-		}, cfg: ClientConfig{MaxAttempts: 1}, words: ReasonConnectionLost, raw: "EOF"},
+		}, cfg: psp.ClientConfig{MaxAttempts: 1}, words: psp.ReasonConnectionLost, raw: "EOF"},
 		{name: "Malformed", post: func(w http.ResponseWriter) { _, _ = w.Write([]byte(internalBody)) },
-			cfg: ClientConfig{MaxAttempts: 1}, words: ReasonMalformed, raw: "psp-core.internal.corp"},
+			cfg: psp.ClientConfig{MaxAttempts: 1}, words: psp.ReasonMalformed, raw: "psp-core.internal.corp"},
 		{name: "Redirect", post: func(w http.ResponseWriter) {
 			w.Header().Set("Location", "http://10.1.2.3/")
 			w.WriteHeader(http.StatusFound)
-		}, cfg: ClientConfig{MaxAttempts: 1}, words: "PSP answered 302", raw: "302"},
-		{name: "Busy", post: answer(429, internalBody), cfg: ClientConfig{MaxAttempts: 1}, words: "PSP busy (429)",
+		}, cfg: psp.ClientConfig{MaxAttempts: 1}, words: "PSP answered 302", raw: "302"},
+		{name: "Busy", post: answer(429, internalBody), cfg: psp.ClientConfig{MaxAttempts: 1}, words: "PSP busy (429)",
 			raw: "10.1.2.3"},
 		{name: "RefusedWithoutReason", post: answer(400, internalBody), words: "PSP refused the request (400)",
 			raw: "psp-core.internal.corp"},
@@ -81,14 +84,14 @@ func TestLastErrorNamesNoInternalAddress(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var client *Client
+			var client *psp.Client
 			if tt.unreachable {
 				var err error
-				client, err = NewClient(ClientConfig{BaseURL: closedURL(t), InitialBackoff: time.Millisecond,
-					MaxBackoff: 5 * time.Millisecond, HTTPClient: NewHTTPClient(NewTransport())})
+				client, err = psp.NewClient(psp.ClientConfig{BaseURL: closedURL(t), InitialBackoff: time.Millisecond,
+					MaxBackoff: 5 * time.Millisecond, HTTPClient: psp.NewHTTPClient(psp.NewTransport())})
 				require.NoError(t, err)
 			} else {
-				client = setupClient(t, MockConfig{}, tt.cfg, func(_ int, w http.ResponseWriter, r *http.Request) bool {
+				client = setupClient(t, mockpsp.Config{}, tt.cfg, func(_ int, w http.ResponseWriter, r *http.Request) bool {
 					switch {
 					case r.Method == http.MethodPost && tt.post != nil:
 						tt.post(w)
@@ -102,7 +105,7 @@ func TestLastErrorNamesNoInternalAddress(t *testing.T) {
 			}
 			out, err := client.AuthorizeOutcome(t.Context(), visaRequest("k1"))
 			require.Error(t, err)
-			f, ok := errors.AsType[*Failure](err)
+			f, ok := errors.AsType[*psp.Failure](err)
 			require.True(t, ok, "%T %v carries no Failure", err, err)
 			require.Equal(t, tt.words, f.Public)
 			require.Equal(t, out.Class, f.Class)
@@ -129,7 +132,7 @@ func requireNothingInternal(t *testing.T, s string) {
 func TestConfiguredURLCredentialsAreNeverLogged(t *testing.T) {
 	t.Parallel()
 	base := strings.Replace(closedURL(t), "http://", "http://operator:s3cret@", 1) + "/psp?token=t0ken"
-	client, err := NewClient(ClientConfig{BaseURL: base, MaxAttempts: 1, HTTPClient: NewHTTPClient(NewTransport())})
+	client, err := psp.NewClient(psp.ClientConfig{BaseURL: base, MaxAttempts: 1, HTTPClient: psp.NewHTTPClient(psp.NewTransport())})
 	require.NoError(t, err)
 	for _, call := range []func() error{
 		func() error { _, err := client.AuthorizeOutcome(t.Context(), resumed(visaRequest("k1"))); return err },
@@ -137,22 +140,22 @@ func TestConfiguredURLCredentialsAreNeverLogged(t *testing.T) {
 		func() error { _, err := client.Lookup(t.Context(), "ch_1"); return err },
 	} {
 		err := call()
-		require.ErrorIs(t, err, ErrUnavailable)
+		require.ErrorIs(t, err, psp.ErrUnavailable)
 		for _, secret := range []string{"operator", "s3cret", "t0ken"} {
 			require.NotContains(t, err.Error(), secret)
 		}
 		require.ErrorContains(t, err, "/psp/v1/authorizations", "the PSP is still named, for operators")
 	}
 
-	_, err = NewClient(ClientConfig{BaseURL: "ftp://operator:s3cret@psp/?token=t0ken"})
+	_, err = psp.NewClient(psp.ClientConfig{BaseURL: "ftp://operator:s3cret@psp/?token=t0ken"})
 	require.ErrorContains(t, err, "ftp://psp/")
 	require.NotContains(t, err.Error(), "s3cret")
-	_, err = NewClient(ClientConfig{BaseURL: "http://operator:s3cret@psp:bad port/"})
+	_, err = psp.NewClient(psp.ClientConfig{BaseURL: "http://operator:s3cret@psp:bad port/"})
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "s3cret")
 
-	require.Equal(t, "https://psp.example:8443/base", RedactURL("https://u:p@psp.example:8443/base?key=k#frag"))
-	require.Equal(t, "(unparseable URL)", RedactURL("http://u:p@h:x/"))
+	require.Equal(t, "https://psp.example:8443/base", psp.RedactURL("https://u:p@psp.example:8443/base?key=k#frag"))
+	require.Equal(t, "(unparseable URL)", psp.RedactURL("http://u:p@h:x/"))
 }
 
 // TestLookupKeepsTheBaseURLsQuery: a lookup's reference joins the query a
@@ -165,7 +168,7 @@ func TestLookupKeepsTheBaseURLsQuery(t *testing.T) {
 		_, _ = w.Write([]byte(`{"data":[]}`))
 	}))
 	t.Cleanup(srv.Close)
-	client, err := NewClient(ClientConfig{BaseURL: srv.URL + "/?account=a1", HTTPClient: NewHTTPClient(NewTransport())})
+	client, err := psp.NewClient(psp.ClientConfig{BaseURL: srv.URL + "/?account=a1", HTTPClient: psp.NewHTTPClient(psp.NewTransport())})
 	require.NoError(t, err)
 	list, err := client.Lookup(context.Background(), "ch_1")
 	require.NoError(t, err)
@@ -178,11 +181,11 @@ func TestLookupKeepsTheBaseURLsQuery(t *testing.T) {
 // another shape.
 func TestPSPReasonIsItsReasonFieldOnly(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "card_invalid: no such card", pspReason([]byte(`{"error":{"code":"card_invalid","message":"no such card"}}`)))
-	require.Equal(t, "no such card", pspReason([]byte(`{"error":{"message":"no such card"}}`)))
-	require.Equal(t, "a b", pspReason([]byte(`{"error":{"message":"a\nb"}}`)))
-	require.Empty(t, pspReason([]byte(internalBody)))
-	require.Empty(t, pspReason([]byte(`{"message":"10.1.2.3 down"}`)))
-	long := pspReason([]byte(`{"error":{"message":"` + strings.Repeat("é", 500) + `"}}`))
-	require.Len(t, []rune(long), maxReasonRunes+3)
+	require.Equal(t, "card_invalid: no such card", psp.PSPReason([]byte(`{"error":{"code":"card_invalid","message":"no such card"}}`)))
+	require.Equal(t, "no such card", psp.PSPReason([]byte(`{"error":{"message":"no such card"}}`)))
+	require.Equal(t, "a b", psp.PSPReason([]byte(`{"error":{"message":"a\nb"}}`)))
+	require.Empty(t, psp.PSPReason([]byte(internalBody)))
+	require.Empty(t, psp.PSPReason([]byte(`{"message":"10.1.2.3 down"}`)))
+	long := psp.PSPReason([]byte(`{"error":{"message":"` + strings.Repeat("é", 500) + `"}}`))
+	require.Len(t, []rune(long), psp.MaxReasonRunes+3)
 }

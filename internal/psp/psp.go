@@ -1,9 +1,8 @@
 // Package psp talks to the payment service provider: an HTTP client whose
 // every answer carries its outcome class (classify.go), which looks an
 // operation up by reference before it ever sends it again (authorize.go),
-// over a transport that never resends by itself (transport.go); and an
-// in-memory mock PSP (see docs/api.md, "The mock PSP") used by tests,
-// `make run` and bin/mockpsp.
+// over a transport that never resends by itself (transport.go). The mock
+// PSP that tests, `make run` and bin/mockpsp serve is package mockpsp.
 package psp
 
 import (

@@ -298,3 +298,8 @@ func TestTransportRefusesABodyLongerThanDeclared(t *testing.T) {
 		require.ErrorContains(t, err, "ContentLength")
 	}
 }
+
+// visaRequest is a charge's first attempt: nothing sent before.
+func visaRequest(key string) AuthorizeRequest {
+	return AuthorizeRequest{IdempotencyKey: key, FirstSend: true, Amount: 1000, Currency: "usd", PaymentMethod: "pm_card_visa", Reference: "ch_1"}
+}

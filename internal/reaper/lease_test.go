@@ -13,12 +13,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // slowPSP is the mock PSP behind a delay, counting the authorizations

@@ -9,12 +9,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
-	"github.com/phasepay/phasepay/harness/pgfault"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/reaper"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
+	"github.com/phasepay/phasepay/internal/testutil/pgfault"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // A reaper's batch takeover whose answer was lost after it committed (the

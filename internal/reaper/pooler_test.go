@@ -10,13 +10,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
-	"github.com/phasepay/phasepay/harness/pgbouncer"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/reaper"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
+	"github.com/phasepay/phasepay/internal/testutil/pgbouncer"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
 // Pitfall: partition maintenance held a session advisory lock and raised

@@ -16,15 +16,15 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/charges"
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/phases/phasestest"
-	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/reaper"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 	"github.com/phasepay/phasepay/internal/timeline"
 )
 
@@ -164,7 +164,7 @@ func TestReaperBacksOffWhilePSPFails(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	abandon(t, b, "k", false, phases.CrashAfterClaim)
-	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 
 	later := b.Keys.Lease() + time.Second
 	res, err := newReaper(t, b, later).RunOnce(ctx)
@@ -180,7 +180,7 @@ func TestReaperBacksOffWhilePSPFails(t *testing.T) {
 	require.Zero(t, res.Stuck)
 	require.EqualValues(t, 1, res.Census.Waiting)
 
-	require.NoError(t, b.Mock.SetFaults(psp.Faults{}))
+	require.NoError(t, b.Mock.SetFaults(mockpsp.Faults{}))
 	res, err = newReaper(t, b, later+2*time.Minute).RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Completed)
@@ -200,7 +200,7 @@ func TestPSPOutageIsNotCountedAsStuck(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	abandon(t, b, "k", false, phases.CrashAfterClaim)
-	require.NoError(t, b.Mock.SetFaults(psp.Faults{ErrorRate: 1}))
+	require.NoError(t, b.Mock.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 
 	reader := sdkmetric.NewManualReader()
 	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")

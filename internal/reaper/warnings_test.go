@@ -10,9 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/chargestest"
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/reaper"
+	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 )
 
 // pitfall 104 "A warning logged every second": the reaper's warning that

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/phasepay/phasepay/internal/psp"
+	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/routing"
 	"github.com/phasepay/phasepay/internal/telemetry"
 )
@@ -21,7 +22,7 @@ import (
 // the PSP's own spans join the API's trace.
 func TestPSPReceivesTraceparent(t *testing.T) {
 	t.Parallel()
-	mock, err := psp.NewMock(psp.Faults{})
+	mock, err := mockpsp.New(mockpsp.Faults{})
 	require.NoError(t, err)
 	var (
 		mu          sync.Mutex

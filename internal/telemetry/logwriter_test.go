@@ -51,15 +51,20 @@ func TestLogWriterKeepsEveryLineWholeAndInOrder(t *testing.T) {
 	var w gatedWriter
 	lw := telemetry.NewLogWriter(&w)
 	var wg sync.WaitGroup
+	errs := make(chan error, 8*500)
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 500 {
 				_, err := fmt.Fprintf(lw, "g%d line %d %s\n", g, i, strings.Repeat("x", i%40))
-				require.NoError(t, err)
+				errs <- err
 			}
 		})
 	}
 	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 	require.NoError(t, lw.Close())
 	text, _ := w.text()
 	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")

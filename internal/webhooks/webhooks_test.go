@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/phasepay/phasepay/harness/testdb"
 	"github.com/phasepay/phasepay/internal/events"
+	"github.com/phasepay/phasepay/internal/testutil/testdb"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
 

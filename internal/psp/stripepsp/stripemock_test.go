@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/phasepay/phasepay/harness/stripemock"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/psp/stripepsp"
+	"github.com/phasepay/phasepay/internal/testutil/stripemock"
 )
 
 // TestEveryCallThroughStripeMock sends every request the connector makes

@@ -1,0 +1,8 @@
+// Package checks holds tests that read the repository's Go code as a whole
+// rather than run it. The packages import one another only downwards
+// through the layers of the README's table "Where things are and what you
+// may change", and that table places every folder holding Go code. No test
+// can fail its test from a goroutine of its own.
+//
+// It has no code of its own; `go test ./checks/` runs the checks.
+package checks
