@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -33,27 +34,41 @@ type citation struct {
 	section   string
 }
 
-// citations returns every test command in pitfalls.md, with the "## "
-// section it appears in.
+// citations returns every test command in pitfalls.md, with the entry
+// ("### " heading) or the section ("## ") it appears in.
 func citations(t *testing.T) []citation {
 	t.Helper()
-	text := readDoc(t, "pitfalls.md")
 	var (
 		out     []citation
 		section string
 	)
-	for _, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(line, "## ") {
-			section = strings.TrimPrefix(line, "## ")
+	for _, line := range strings.Split(readDoc(t, "pitfalls.md"), "\n") {
+		if heading, ok := cutHeading(line); ok {
+			section = heading
 			continue
 		}
-		for _, m := range testCommand.FindAllStringSubmatch(line, -1) {
-			pkg := m[1]
-			if rest, ok := strings.CutPrefix(pkg, modulePath+"/"); ok {
-				pkg = "./" + rest
-			}
-			out = append(out, citation{pkg: pkg, test: m[2], section: section})
+		out = append(out, commandsIn(line, section)...)
+	}
+	return out
+}
+
+// cutHeading returns the text of a "## " or "### " heading.
+func cutHeading(line string) (string, bool) {
+	if h, ok := strings.CutPrefix(line, "### "); ok {
+		return h, true
+	}
+	return strings.CutPrefix(line, "## ")
+}
+
+// commandsIn returns the test commands of a text, each with where it is.
+func commandsIn(text, where string) []citation {
+	var out []citation
+	for _, m := range testCommand.FindAllStringSubmatch(text, -1) {
+		pkg := m[1]
+		if rest, ok := strings.CutPrefix(pkg, modulePath+"/"); ok {
+			pkg = "./" + rest
 		}
+		out = append(out, citation{pkg: pkg, test: m[2], section: where})
 	}
 	return out
 }
@@ -84,7 +99,56 @@ func TestPitfallTestsExist(t *testing.T) {
 	t.Parallel()
 	cites := citations(t)
 	require.GreaterOrEqual(t, len(cites), 12, "pitfalls.md cites too few tests: is the command format still go test ./pkg/ -run '^TestName$'?")
+	requireTestsExist(t, cites)
+}
 
+// Every test command anywhere else exists too: in the package docs that
+// hold the hardening notes pitfalls.md leaves out, in comments, in the
+// other docs and the scripts.
+func TestEveryTestCommandExists(t *testing.T) {
+	t.Parallel()
+	var cites []citation
+	err := filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); name == "testdata" || name == "node_modules" || (strings.HasPrefix(name, ".") && path != repoRoot) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch {
+		case path == filepath.Join(repoRoot, "docs", "pitfalls.md"):
+			return nil // TestPitfallTestsExist's
+		case strings.HasSuffix(path, "_test.go") && filepath.Dir(path) == filepath.Join(repoRoot, "docs"):
+			return nil // these tests, which spell the form out
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".sh", ".sql", ".yaml", ".yml":
+		case "":
+			if d.Name() != "Makefile" && filepath.Dir(path) != filepath.Join(repoRoot, "scripts") {
+				return nil
+			}
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		cites = append(cites, commandsIn(string(b), path)...)
+		return nil
+	})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(cites), 20, "too few test commands found outside pitfalls.md: does the pattern still match?")
+	requireTestsExist(t, cites)
+}
+
+// requireTestsExist fails unless every cited test is a Test function of
+// the package its command names.
+func requireTestsExist(t *testing.T, cites []citation) {
+	t.Helper()
 	funcs := map[string]map[string]bool{}
 	for _, c := range cites {
 		dir := filepath.Join(repoRoot, filepath.FromSlash(c.pkg))
@@ -101,15 +165,18 @@ func TestPitfallTestsExist(t *testing.T) {
 // Every pitfall names at least one test that proves it.
 func TestEveryPitfallCitesATest(t *testing.T) {
 	t.Parallel()
-	perSection := map[string]int{}
+	perEntry := map[string]int{}
 	for _, c := range citations(t) {
-		perSection[c.section]++
+		perEntry[c.section]++
 	}
+	entries := 0
 	for _, line := range strings.Split(readDoc(t, "pitfalls.md"), "\n") {
-		if section, ok := strings.CutPrefix(line, "## "); ok && section != tenSection {
-			require.Positive(t, perSection[section], "pitfall %q cites no test", section)
+		if entry, ok := strings.CutPrefix(line, "### "); ok {
+			require.Positive(t, perEntry[entry], "pitfall %q cites no test", entry)
+			entries++
 		}
 	}
+	require.Greater(t, entries, 10)
 }
 
 // mdLink matches an inline markdown link's target.

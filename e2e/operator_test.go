@@ -66,7 +66,7 @@ func (c *cluster) call(t *testing.T, base, method, path, body string) response {
 	return response{status: resp.StatusCode, header: resp.Header, body: b}
 }
 
-// pitfall 102 "An operator's reason in a tenant's stored answer": a
+// pitfall O5 "An operator's reason in a tenant's stored answer": a
 // request that needs attention is retried by one operator and resolved by
 // another, once refused (the PSP could not be asked) and then as failed,
 // with a reason holding a ticket number and a person's name. The reason
@@ -205,7 +205,7 @@ func (rc *receiver) received() []string {
 	return append([]string(nil), rc.got...)
 }
 
-// pitfall 108 "A redelivery only a hand-written UPDATE can make": an
+// pitfall W13 "A redelivery only a hand-written UPDATE can make": an
 // endpoint that failed until its delivery was given up gets the event again
 // when the tenant asks (POST /v1/events/{id}/redeliver, 202), from the
 // running reaper within seconds; the operator's bin/api webhooks

@@ -29,7 +29,8 @@
 --
 -- A win of 0.007 ms per replay with the days of the default RETENTION,
 -- paid for by a lookup whose cost grows with the days kept again
--- (docs/pitfalls.md, 40; TestClaimCostIndependentOfPartitionCount, whose
+-- (pitfall Q3 "A claim that costs more for every day kept";
+-- TestClaimCostIndependentOfPartitionCount, whose
 -- missing key then locks every day): not taken.
 --
 -- 1. idempotency_keys_claim, second version: a new key costs one probe of

@@ -7,7 +7,7 @@
 -- the server committed it, a statement or lock timeout, a request deadline)
 -- cannot know whether it holds the key, and gives the lease up once the
 -- database answers, so that the client's retry is not kept waiting for a
--- whole lease (pitfall 78 "A claim whose answer was lost", pitfall 88 "A
+-- whole lease (pitfall C11 "A claim whose answer was lost", pitfall C13 "A
 -- lost takeover answer that holds the key"). That release must end only a
 -- lease this very claim or takeover took. What it matched before did not say
 -- so: the holder names a process, which all its requests share (a duplicate

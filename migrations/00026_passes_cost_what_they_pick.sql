@@ -1,7 +1,7 @@
 -- +goose Up
 
 -- Every background pass reads what it takes, not what is piled up
--- (docs/pitfalls.md, "A backlog every pass reads again"): each index below
+-- (pitfall Q9 "A backlog every pass reads again"): each index below
 -- turns a filter applied after a scan into an index condition.
 --
 -- CREATE INDEX on a partitioned table builds every partition's copy under

@@ -1,7 +1,7 @@
 -- +goose Up
 
 -- The per-host cap counts a host in its canonical form (docs/api.md,
--- "Delivery"; docs/pitfalls.md, "One host under many spellings"). webhook_endpoints.host was the URL's host in lower case:
+-- "Delivery"; pitfall W6 "One host under many spellings"). webhook_endpoints.host was the URL's host in lower case:
 -- http://LocalHost./, http://0x7f000001/, http://2130706433/ and
 -- http://127.0.0.1/ were four hosts, each with its own PerHost slots, and
 -- a tenant that spelled one machine four ways had four times the cap on

@@ -1,5 +1,12 @@
 // Package scripts_test runs the shell scripts of `make run` and `make test`
 // the way the Makefile does.
+//
+// run-dev tries every address the stack listens on before it starts
+// anything, and stops with one line naming the port and the variable that
+// moves it. Without that, make run said "phasepay is running" while its api
+// crash-looped and another server answered the health check.
+//
+//	go test ./scripts/ -run '^TestRunDevRefusesATakenPort$'
 package scripts_test
 
 import (
@@ -194,12 +201,11 @@ func TestInstallPgbouncer(t *testing.T) {
 	require.NotContains(t, msg, "\n", "one line")
 }
 
-// pitfall 105 "A dev stack that starts on a taken port": make run with any
-// of its addresses taken (API_ADDR, MOCKPSP_ADDR, CONSOLE_ADDR,
-// REAPER_METRICS_ADDR) stops in under 5 s, before it starts anything, with
-// one line naming the port and the variable that moves it. It used to say
-// "phasepay is running" while its api crash-looped on "address already in
-// use" and another server answered the health check.
+// make run with any of its addresses taken (API_ADDR, MOCKPSP_ADDR,
+// CONSOLE_ADDR, REAPER_METRICS_ADDR) stops in under 5 s, before it starts
+// anything, with one line naming the port and the variable that moves it.
+// It used to say "phasepay is running" while its api crash-looped on
+// "address already in use" and another server answered the health check.
 func TestRunDevRefusesATakenPort(t *testing.T) {
 	t.Parallel()
 	bash, err := exec.LookPath("bash")

@@ -12,6 +12,16 @@
 // `api -h` lists the commands; -h or --help after any command prints its
 // usage. Neither starts anything. Configuration is by environment variable;
 // see Config.
+//
+// METRICS_ADDR moves /metrics to a listener of its own, off the API's
+// public port. Request metrics are labelled by route pattern and by the
+// configured address, never by the raw path or the Host header: a label
+// the client chooses makes a new series with every request.
+//
+//	go test ./cmd/api/ -run '^TestMetricsAddrMovesMetricsOffAPIPort$'
+//	go test ./cmd/api/ -run '^TestRequestMetricsCarryRoutePatternNotRawPath$'
+//	go test ./cmd/reaper/ -run '^TestReaperAcceptsMetricsAddr$'
+//	go test ./deploy/ -run '^TestDeployedAPIServesMetricsOffItsPort$'
 package main
 
 import (

@@ -15,7 +15,7 @@ import (
 // capture was done at the PSP and its answer lost, so --as failed is
 // refused in one line naming the PSP's capture, and --as succeeded records
 // it; the client's retry of the capture then replays the captured charge
-// (pitfall 120 "A capture, void or refund resolved as if it were a new
+// (pitfall O4 "A capture, void or refund resolved as if it were a new
 // charge").
 func TestResolveCaptureKeyFromTheCommandLine(t *testing.T) {
 	t.Parallel()

@@ -223,7 +223,7 @@ func TestColumnTypeChangeRecovers(t *testing.T) {
 // Behind a transaction pooler no startup parameter carries the timeouts:
 // serve refuses to start, in one line, until `api migrate` made them the
 // database's defaults, and migrate itself needs DATABASE_DIRECT_URL.
-// (pitfall 67 "Settings that a pooler does not pass on"; the pooler itself
+// (pitfall D6 "Settings that a pooler does not pass on"; the pooler itself
 // is not needed to show it: without startup parameters a direct session
 // runs without timeouts just the same.)
 func TestServeBehindAPoolerNeedsTheSettings(t *testing.T) {

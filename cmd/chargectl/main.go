@@ -26,6 +26,11 @@
 // resume prints one line per journaled intent to stdout as it ends, with
 // the intent's key, its outcome and the charge's id (see resumeLine), and a
 // progress line to stderr every --progress (default 5s) while it runs.
+//
+// -h, -help or --help, alone or after a command, prints its usage on
+// stdout and exits 0, and sends nothing.
+//
+//	go test ./cmd/chargectl/ -run '^TestChargectlHelpStartsNothing$'
 package main
 
 import (

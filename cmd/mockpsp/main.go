@@ -9,6 +9,12 @@
 // (0..1), MOCKPSP_LATENCY (a Go duration, or a bare integer of
 // milliseconds) and MOCKPSP_STATE (a file that keeps its books across
 // runs; `make run` sets it).
+//
+// -h, -help and --help print the usage on stdout and exit 0 before any
+// configuration is read, and any other argument exits 2: asking for help
+// never binds a port.
+//
+//	go test ./cmd/mockpsp/ -run '^TestMockPSPHelpStartsNothing$'
 package main
 
 import (

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// pitfall 106 "A mock PSP that forgets its books between runs": with
+// pitfall T2 "A mock PSP that forgets its books between runs": with
 // MOCKPSP_STATE (what make run sets), a mock stopped and started again
 // keeps its books: an authorization captured in the first run is found by
 // its reference in the second, a void of it is refused as already

@@ -5,6 +5,12 @@
 //
 // Configuration is by environment variable; see Config. PSP_URL is
 // required.
+//
+// -h, -help and --help print the usage on stdout and exit 0 before any
+// configuration is read, and any other argument exits 2: asking for help
+// never takes over a lease.
+//
+//	go test ./cmd/reaper/ -run '^TestReaperHelpStartsNothing$'
 package main
 
 import (

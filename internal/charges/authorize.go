@@ -116,7 +116,7 @@ func authorizeCall(a Authorizer, routes Routes, ids *objectIDs) func(context.Con
 		}
 		if run.Fresh && !routes.Single() && pinned(ids, run, c.ID) {
 			// Nothing was sent under this attempt. A pinned charge cannot
-			// go elsewhere (pitfall 85 "A second PSP after a lost
+			// go elsewhere (pitfall F3 "A second PSP after a lost
 			// claim"), so while its PSP's breaker is open it is held back
 			// as busy, not sent to a PSP that fails.
 			if wait, held := routes.HoldBack(cur.PSP); held {

@@ -78,7 +78,7 @@ func (s singleRoute) LookupAt(ctx context.Context, _, ref string) ([]psp.Authori
 // lost in a failover derives the id again, and that claim may have reached
 // a PSP under it. Only the same PSP under the same key answers the retry
 // with its first answer. A PSP chosen by this process's breakers would be
-// a second PSP (pitfall 85 "A second PSP after a lost claim"). A random id
+// a second PSP (pitfall F3 "A second PSP after a lost claim"). A random id
 // repeats nothing, so its charge is steered by the breakers.
 func pinned(ids *objectIDs, run *phases.Run[*Charge], id string) bool {
 	rec := run.Lease.Record

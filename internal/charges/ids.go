@@ -18,7 +18,7 @@ import (
 	"github.com/phasepay/phasepay/internal/phases"
 )
 
-// Object ids a retry derives again (docs/pitfalls.md, "A claim lost in a
+// Object ids a retry derives again (pitfall F2 "A claim lost in a
 // failover").
 //
 // A new charge's id names its PSP key (<charge id>:authorize) and its PSP

@@ -58,7 +58,7 @@ func (w *routedWorld) openBreaker(t *testing.T, router *routing.Router, name str
 
 // A claim lost in a failover (asynchronous replication) after the PSP
 // authorized its charge: the client's retry derives the same charge id
-// (pitfall 70 "A claim lost in a failover"), but chose its PSP afresh, by
+// (pitfall F2 "A claim lost in a failover"), but chose its PSP afresh, by
 // the breakers of the process it reached. A process whose breaker for the
 // first PSP was open sent the "new" charge to the second, which authorized
 // the same intent again; a process that failed a refused charge over past

@@ -157,7 +157,7 @@ func TestCaptureWaitsForUnresolvedAuthorization(t *testing.T) {
 	require.Len(t, b.Mock.Captures(), 1)
 }
 
-// pitfall 107 "A refused request's key names an object that does not
+// pitfall C5 "A refused request's key names an object that does not
 // exist": a refund its charge does not allow (not captured, or more than is
 // left) makes no refund, and its key names none (the key view's object_id
 // is null), in both the claim's transaction and with one commit per phase;

@@ -119,7 +119,7 @@ func createRefund(ctx context.Context, tx *phases.Tx, run *phases.Run[*Refund]) 
 	}
 	if refused.Status != 0 {
 		// No refund was made, so the key names no object. The refund id
-		// derived for it would answer 404 (pitfall 107 "A refused
+		// derived for it would answer 404 (pitfall C5 "A refused
 		// request's key names an object that does not exist"). The
 		// refusal names the charge.
 		if err := run.Lease.SetObject(ctx, tx, ""); err != nil {

@@ -100,7 +100,7 @@ func (s *Service) Resolve(ctx context.Context, tenantID int64, key string, r Res
 // resolve settles the request the lease holds by the operation that runs
 // it: each looks up, and settles, its own object. A capture's key created
 // no charge; read as one, its resolution would find none and settle the
-// request without asking the PSP (pitfall 120 "A capture, void or refund
+// request without asking the PSP (pitfall O4 "A capture, void or refund
 // resolved as if it were a new charge").
 func (s *Service) resolve(ctx context.Context, lease *idempotency.Lease, r Resolution) (idempotency.Response, error) {
 	switch op := lease.Record.Operation; {
@@ -264,7 +264,7 @@ func pspVerdict(found []heldAuthorization) (*psp.Authorization, string, string) 
 // ResolvedFailedReason is what a tenant reads of a request an operator
 // resolved as failed, in its stored answer's detail: stable words, never
 // the operator's reason, which may name a ticket, a person or the PSP's
-// books (pitfall 102 "An operator's reason in a tenant's stored answer").
+// books (pitfall O5 "An operator's reason in a tenant's stored answer").
 const ResolvedFailedReason = "settled as failed by an operator"
 
 // resolvedResponse is the answer stored for a resolved request: what the

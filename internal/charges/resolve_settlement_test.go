@@ -186,7 +186,7 @@ func problemCode(t *testing.T, resp idempotency.Response) string {
 	return p.Code
 }
 
-// pitfall 120 "A capture, void or refund resolved as if it were a new
+// pitfall O4 "A capture, void or refund resolved as if it were a new
 // charge": a capture's key is resolved by its capture. The PSP is asked
 // for a capture of the charge's authorization: one it holds refuses
 // --as failed and is recorded by --as succeeded (the amount the PSP
@@ -236,7 +236,7 @@ func TestResolveCaptureAsksThePSPForTheCapture(t *testing.T) {
 	})
 }
 
-// pitfall 120 "A capture, void or refund resolved as if it were a new
+// pitfall O4 "A capture, void or refund resolved as if it were a new
 // charge": a void's key is resolved by its void, as a capture's by its
 // capture.
 func TestResolveVoidAsksThePSPForTheVoid(t *testing.T) {
@@ -276,7 +276,7 @@ func TestResolveVoidAsksThePSPForTheVoid(t *testing.T) {
 	})
 }
 
-// pitfall 120 "A capture, void or refund resolved as if it were a new
+// pitfall O4 "A capture, void or refund resolved as if it were a new
 // charge": a refund's key is resolved by its refund, looked up at the PSP by
 // the refund's id. --as succeeded ends the pending refund succeeded (its
 // amount refunded, refund.succeeded, 201 with the refund); --as failed ends

@@ -447,7 +447,7 @@ func TestTakeoverLooksUpEveryAttemptedPSP(t *testing.T) {
 // derived ids) then starts at the next PSP of its route, which is safe
 // because nothing can have been sent to the first for it. A charge whose id
 // is derived starts at the first whatever the breaker says, and waits there:
-// a claim lost in a failover may have sent it there (pitfall 85 "A second PSP after a lost claim"). The
+// a claim lost in a failover may have sent it there (pitfall F3 "A second PSP after a lost claim"). The
 // charges caught at the first stay there. After the cool-down one new
 // random-id charge probes the first again, and its answer closes the
 // breaker.

@@ -320,7 +320,7 @@ func localPath(next string) string {
 // drop every tab and newline ("/\t/evil.example" is "//evil.example",
 // another host), read "\" as "/" ("/\evil.example"), and trim control
 // characters. So anything a browser might read differently is refused,
-// not repaired. See pitfall 97 "A login link that sends the operator to
+// not repaired. See pitfall O9 "A login link that sends the operator to
 // another site".
 func consolePath(p string) bool {
 	if len(p) < 1 || p[0] != '/' || strings.HasPrefix(p, "//") {

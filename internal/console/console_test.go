@@ -75,7 +75,7 @@ func TestOnlyTheOperatorTokenOpensTheConsole(t *testing.T) {
 	require.Error(t, err)
 }
 
-// TestForgedConsoleActionIsRefused: pitfall 75 "An operator's action forged by another site". Another site's page makes
+// TestForgedConsoleActionIsRefused: pitfall O7 "An operator's action forged by another site". Another site's page makes
 // the operator's browser post a resolution to the console; the browser
 // sends the session cookie along with any request, so the cookie alone
 // must not be enough. A form must carry the CSRF token of the session
@@ -127,7 +127,7 @@ func TestForgedConsoleActionIsRefused(t *testing.T) {
 	require.Equal(t, "done", state)
 }
 
-// TestConsoleNeverShowsASecret: pitfall 76 "A secret on an operator's screen". An operator's screen is read
+// TestConsoleNeverShowsASecret: pitfall O8 "A secret on an operator's screen". An operator's screen is read
 // over shoulders, shared in calls and captured in screenshots: no page
 // shows a webhook signing secret (not even inside the stored answer of an
 // endpoint's creation, which carries it for its client's replays), nor

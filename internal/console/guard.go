@@ -19,7 +19,7 @@ import (
 // CONSOLE_HOSTS. A page of another site whose name an attacker points at
 // 127.0.0.1 (DNS rebinding) reaches the console as same-origin to the
 // browser, but its requests carry the attacker's name as their Host. See
-// pitfall 99 "A console that answers to any name".
+// pitfall O11 "A console that answers to any name".
 type hostGuard struct {
 	port string
 	// exact are host:port pairs admitted as they are; names admit a host
@@ -109,7 +109,7 @@ func (g *hostGuard) wrap(next http.Handler) http.Handler {
 // How many wrong tokens an address may send: guessMax within guessWindow,
 // then every attempt, the right token too, is answered 429 for
 // guessLockout. Refusing the right token as well is what keeps the
-// lockout from telling a guess that was right. See pitfall 100 "Wrong
+// lockout from telling a guess that was right. See pitfall O12 "Wrong
 // tokens that cost nothing".
 const (
 	guessMax     = 5

@@ -89,7 +89,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, h pageFunc) {
 // answer may hold one) would end the line early for the browser, and what
 // follows it would be read as a field of the event: "event: x" renames the
 // event so that no handler sees it, "retry:" and "id:" change the stream.
-// See pitfall 101 "A live update split where the browser does not split".
+// See pitfall O13 "A live update split where the browser does not split".
 func eventOf(data string) []byte {
 	data = strings.ReplaceAll(data, "\r\n", "\n")
 	data = strings.ReplaceAll(data, "\r", "\n")

@@ -41,7 +41,7 @@ const rateScan = 2 * rateWindow
 // page refreshes. It is sent with its values (simple protocol): a generic
 // plan cannot tell how few keys "created_at > now − $2" holds, took it for
 // a third of them, and hashed the tenants against a sequential scan of the
-// day's every key (pitfall 90 "A backlog every pass reads again").
+// day's every key (pitfall Q9 "A backlog every pass reads again").
 const ratesSQL = `
 WITH k AS MATERIALIZED (
     SELECT r.created_at, r.finished_at, r.response_status

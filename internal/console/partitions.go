@@ -68,7 +68,7 @@ const unfinishedLimit = 1000
 // of parameters the planner guesses a handful of rows and reads them with
 // a bitmap scan, which reads every entry before a LIMIT can stop it. The
 // overview counted every unfinished key of every day at each refresh:
-// during a PSP outage, millions (pitfall 90 "A backlog every pass reads
+// during a PSP outage, millions (pitfall Q9 "A backlog every pass reads
 // again").
 const unfinishedInSQL = `SELECT '%[1]s', (SELECT count(*) FROM (SELECT FROM %[1]s WHERE state <> 'done' LIMIT %[2]d) u)`
 

@@ -32,7 +32,7 @@ const pspWindow = time.Minute
 // claimed before and still started that the reapers retry on their
 // schedule: those in flight or due within the window, soonest first,
 // through idempotency_keys_due. It read every unfinished key claimed
-// before: during a PSP outage, millions at each refresh (pitfall 90 "A
+// before: during a PSP outage, millions at each refresh (pitfall Q9 "A
 // backlog every pass reads again"); with more, the calls shown of them are
 // a sample. Sent with its values, as ratesSQL is, for the same reason.
 const pspCallsSQL = `

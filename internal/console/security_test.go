@@ -23,7 +23,7 @@ func noRedirects() *http.Client {
 	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
-// TestLoginLinkSendsOnlyToTheConsole: pitfall 97 "A login link that sends
+// TestLoginLinkSendsOnlyToTheConsole: pitfall O9 "A login link that sends
 // the operator to another site". Each next= a link may carry, raw or
 // percent-encoded, with what WHATWG parsers strip or read as a slash: only
 // a path of the console is followed, anything else goes to "/". That a
@@ -74,7 +74,7 @@ func withCookie(t *testing.T, u string, c *http.Cookie) int {
 	return resp.StatusCode
 }
 
-// TestLogoutEndsTheSessionOnTheServer: pitfall 98 "A logout that ends
+// TestLogoutEndsTheSessionOnTheServer: pitfall O10 "A logout that ends
 // nothing". A session was a signed timestamp: after POST /logout, a copy
 // of its cookie still opened every page for 12 hours. The session is now
 // a row that logout deletes, so the old cookie opens nothing, at this
@@ -181,7 +181,7 @@ func newConsole(t *testing.T, w *consoletest.World) string {
 	return "http://" + ln.Addr().String()
 }
 
-// TestConsoleAnswersOnlyToItsNames: pitfall 99 "A console that answers to
+// TestConsoleAnswersOnlyToItsNames: pitfall O11 "A console that answers to
 // any name". A site whose name an attacker points at 127.0.0.1 (DNS
 // rebinding) is same-origin with the console to the browser; its requests
 // name the attacker's host. Only the listen address, localhost at its
@@ -246,7 +246,7 @@ func fromAddress(ip string) *http.Client {
 	}
 }
 
-// TestWrongTokensAreSlowed: pitfall 100 "Wrong tokens that cost nothing".
+// TestWrongTokensAreSlowed: pitfall O12 "Wrong tokens that cost nothing".
 // 30 guesses took 0.32 s. After 5 wrong tokens within a minute, an address
 // is answered 429 with Retry-After, the right token too (else the answer
 // would tell the right guess), at /login and as a bearer token, for a

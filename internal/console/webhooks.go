@@ -30,7 +30,7 @@ type endpointRow struct {
 // endpointsSQL lists the live endpoints of every tenant, newest first,
 // with their pending deliveries and those given up in the last day, each
 // counted up to 1000: a count reads what it counts, and an endpoint that
-// hangs can be owed millions (pitfall 90 "A backlog every pass reads
+// hangs can be owed millions (pitfall Q9 "A backlog every pass reads
 // again"). The pending count walks webhook_deliveries_endpoint_due, the
 // given-up one webhook_deliveries_failed (migrations/00026), each in its
 // order, which only that index has: so the walk stops at its LIMIT, and

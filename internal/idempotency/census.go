@@ -42,7 +42,7 @@ type Census struct {
 const CensusLimit = 500
 
 // censusSQL reads at most CensusLimit keys for each count, each count a
-// walk of an index that stops at its LIMIT (pitfall 90 "A backlog every
+// walk of an index that stops at its LIMIT (pitfall Q9 "A backlog every
 // pass reads again"): the started keys through idempotency_keys_due in due
 // order (dueAtExpr, the reaper's own pick's order, dueKeysSQL), from the
 // grace ($1 µs) back for the overdue ones and on from it for the others;

@@ -88,7 +88,7 @@ func Canonicalize(method, path string, body []byte) (Canonical, error) {
 // validated and encoded by CanonicalizeParams when the key was claimed: the
 // same request, whose answer the key holds, however its parser would read
 // it now. Fingerprinting the client's bytes is a hole only where it decides
-// what runs or that two requests differ (pitfall 26 "One body, read two
+// what runs or that two requests differ (pitfall H1 "One body, read two
 // ways"): a raw fingerprint that differs from the stored one says nothing,
 // since another encoding of the same request is legal, so the request must
 // then be parsed and fingerprinted as always, and no raw fingerprint is

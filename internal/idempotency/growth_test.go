@@ -29,7 +29,7 @@ SELECT $1, s.state || '-' || g, phasepay_now() - (g % 3600) * interval '1 second
        CASE WHEN s.state = 'done' THEN '{}'::bytea END, CASE WHEN s.state = 'done' THEN phasepay_now() END
   FROM generate_series(1, $2::int) g, (VALUES ('started'), ('done')) s (state)`
 
-// pitfall 92 "A LIMIT the plan cannot see": beside a backlog of 20,000
+// pitfall Q8 "A LIMIT the plan cannot see": beside a backlog of 20,000
 // started keys (half due) and 20,000 finished ones, the reaper's takeover
 // of 4 keys reads 4 keys, and its census at most CensusLimit of each kind,
 // in the one generic plan phasepay's connections make. The takeover's

@@ -10,8 +10,8 @@ import (
 	"github.com/phasepay/phasepay/internal/dbstate"
 )
 
-// Leases whose answer was lost (pitfall 86 "A release of a lease its claim
-// never took", pitfall 88 "A lost takeover answer that holds the key"): a
+// Leases whose answer was lost (pitfall C12 "A release of a lease its claim
+// never took", pitfall C13 "A lost takeover answer that holds the key"): a
 // claim or a takeover whose statement was sent and whose answer never came
 // back (the connection dropped after the server committed it, a statement or
 // lock timeout, a request deadline). Its sender cannot know whether it holds

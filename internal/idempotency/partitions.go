@@ -365,7 +365,7 @@ func finalizeDetach(ctx context.Context, q DBTX, parent, ident string) error {
 // a key finished after its own day ended can have finished less than
 // RETENTION ago, the day having ended before that; the index holds just
 // those. The check read the whole partition, at every maintenance run
-// while a late key kept it (pitfall 90 "A backlog every pass reads
+// while a late key kept it (pitfall Q9 "A backlog every pass reads
 // again").
 func keepReason(ctx context.Context, q DBTX, ident string, retention time.Duration) (string, error) {
 	// Not done (started or needs_attention): the request may still be

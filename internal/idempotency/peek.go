@@ -39,7 +39,7 @@ const peekSQL = `SELECT ` + peekColumns + `
 //
 // The bounds are literals so that the planner prunes to the day's
 // partition when it plans: the generic plan each connection keeps
-// (pitfall 52 "A plan per execution, or one plan for every value") is one
+// (pitfall Q5 "A plan per execution, or one plan for every value") is one
 // index probe of one table, one statement per day. Bound as parameters,
 // the pruning would wait for each execution, whose start-up would lock
 // and prune every partition. And read through the parent, the key is read
@@ -50,7 +50,7 @@ const peekSQL = `SELECT ` + peekColumns + `
 //
 // The key is compared as a range of one value, in the primary key's
 // order, so that the plan takes the primary key whatever the statistics
-// (pitfall 117 "A day read planned before its day had statistics"). With
+// (pitfall Q7 "A day read planned before its day had statistics"). With
 // tenant_id, key = $2 and the day's bounds, idempotency_keys_tenant_created
 // (tenant_id, created_at DESC, key DESC) matches as well, and on a day's
 // partition not yet analyzed both estimate one row: the tie went to that
@@ -107,7 +107,7 @@ func (s *Store) Peek(ctx context.Context, q DBTX, tenantID int64, key string) (R
 // A connection's plan for the day (peekDaySQL) names the partition it
 // pruned to. Retention's DETACH (its pending mark too) and DROP invalidate
 // it, and PostgreSQL plans again at the next execution, before it reads:
-// a stale plan never scans a table the parent no longer holds (pitfall 116
+// a stale plan never scans a table the parent no longer holds (pitfall R5
 // "A plan that outlives its partition").
 func (s *Store) PeekDay(ctx context.Context, q DBTX, tenantID int64, key string, day time.Time) (rec Record, fromDay bool, err error) {
 	if day.IsZero() {

@@ -23,7 +23,7 @@ func genericPlans(cfg *pgxpool.Config) {
 	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 }
 
-// Pitfall 116 "A plan that outlives its partition". The day read's plan,
+// Pitfall R5 "A plan that outlives its partition". The day read's plan,
 // kept by the connection, names the partition it pruned to. Retention
 // detaches that partition and drops it (or dies between the two, or leaves
 // a concurrent detach pending), and the key is claimed anew on another
@@ -134,7 +134,7 @@ func leaveDetachPending(t *testing.T, b *testBundle, partition string) {
 	require.True(t, pending, "left pending")
 }
 
-// Pitfall 117 "A day read planned before its day had statistics". A day's
+// Pitfall Q7 "A day read planned before its day had statistics". A day's
 // partition is read by its primary key even while the partition has no
 // statistics yet (the first minutes of each day, or a server without
 // autovacuum): its plan is made once per connection, and a plan through

@@ -299,7 +299,7 @@ func (s *Store) TakeOver(ctx context.Context, q DBTX, rec Record) (*Lease, error
 // takeOverExpiredFor), not a parameter: a generic plan takes a LIMIT $n to
 // return a tenth of the keys due, and for a backlog of due keys (a PSP
 // outage) it joined that many with a hash of every key of every day kept,
-// read whole, at every takeover (pitfall 92 "A LIMIT the plan cannot
+// read whole, at every takeover (pitfall Q8 "A LIMIT the plan cannot
 // see").
 const takeOverExpiredSQL = `
 WITH due AS (` + dueKeysSQL + `)

@@ -9,7 +9,7 @@
 // (RunOnce here, for the owning package's tests) that returns what it did,
 // and test signals a test waits on instead of sleeping.
 //
-// The lock and the chore share fate (pitfall 89 "Maintenance under a lock
+// The lock and the chore share fate (pitfall D8 "Maintenance under a lock
 // held on another connection"): the chore runs on the connection that
 // holds the lock (Conn), so that whatever ends one ends the other. When
 // they lived on two connections (the lock in a transaction on one, the

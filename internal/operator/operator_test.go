@@ -57,7 +57,7 @@ func needsAttention(t *testing.T, b *chargestest.Bundle, svc *charges.Service, k
 	require.Equal(t, "needs_attention", state)
 }
 
-// pitfall 103 "An operator's act the timeline does not show": an
+// pitfall O6 "An operator's act the timeline does not show": an
 // operator's retry, a resolution the PSP could not confirm and the one
 // that settled the request are each a timeline entry naming the operator,
 // written by the statement that acts; the refused resolution is written at

@@ -19,7 +19,7 @@ import (
 // A run never returns holding its lease. A busy or unknown outcome releases
 // it on the retry schedule, and a database that failed under the run
 // releases it once it answers. Any other failure releases it counting an
-// attempt, so that GIVE_UP_AFTER ends the retries (pitfall 87 "A request
+// attempt, so that GIVE_UP_AFTER ends the retries (pitfall E5 "A request
 // that loops for ever"). Only a test's crash stops a run where it stands.
 func drive[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], point Point) (Response, error) {
 	lease := run.Lease
@@ -142,7 +142,7 @@ func load[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S]) 
 // zero value.
 //
 // A run that holds none loads it before its next call. So a phase that
-// forgot to set it costs a read, not a call made blind (pitfall 123 "A
+// forgot to set it costs a read, not a call made blind (pitfall E4 "A
 // call made with an object nobody loaded").
 func holds[S any](run *Run[S]) bool {
 	return !reflect.ValueOf(&run.Object).Elem().IsZero()

@@ -11,7 +11,7 @@ import (
 //
 // A queued statement is encoded only when its exchange is sent. Without
 // the copy, a phase that changed a field after queueing it wrote the later
-// value, or half of it (pitfall 122 "A queued write that reads its
+// value, or half of it (pitfall E3 "A queued write that reads its
 // arguments late").
 func freeze(args []any) []any {
 	if len(args) == 0 {

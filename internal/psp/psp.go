@@ -1,8 +1,3 @@
-// Package psp talks to the payment service provider: an HTTP client whose
-// every answer carries its outcome class (classify.go), which looks an
-// operation up by reference before it ever sends it again (authorize.go),
-// over a transport that never resends by itself (transport.go). The mock
-// PSP that tests, `make run` and bin/mockpsp serve is package mockpsp.
 package psp
 
 import (

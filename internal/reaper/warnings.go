@@ -14,7 +14,7 @@ const WarnRepeat = time.Minute
 // default interval during one incident, each saying the same): it is
 // logged when its count changes, and repeated once every WarnRepeat while
 // the count stays above zero; its end (the count back to zero) is logged
-// once, at INFO (pitfall 104 "A warning logged every second").
+// once, at INFO.
 type countWarning struct {
 	mu     sync.Mutex
 	last   int64

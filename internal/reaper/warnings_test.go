@@ -15,11 +15,11 @@ import (
 	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 )
 
-// pitfall 104 "A warning logged every second": the reaper's warning that
-// requests need an operator is logged when their count changes, and once
-// a minute (reaper.WarnRepeat) while it stays the same, with the count;
-// its end is logged once. Time is moved on the reaper's clock
-// (Config.Clock), not slept: a pass a second apart logs nothing new.
+// The reaper's warning that requests need an operator is logged when their
+// count changes, and once a minute (reaper.WarnRepeat) while it stays the
+// same, with the count; its end is logged once. Time is moved on the
+// reaper's clock (Config.Clock), not slept: a pass a second apart logs
+// nothing new.
 func TestNeedsAttentionWarningOncePerChangeOrMinute(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -157,7 +157,7 @@ func (r *Router) Single() bool { return r.cfg.Single }
 // charge, whose id a retry of a claim lost in a failover derives again,
 // starts at its route's first PSP whatever a breaker says: the lost claim
 // may have sent it there, and only that PSP's idempotency key can answer
-// the retry with the first answer (pitfall 85 "A second PSP after a lost
+// the retry with the first answer (pitfall F3 "A second PSP after a lost
 // claim"). Any other starts at the first PSP of its route whose
 // breaker lets it in, or the route's first when every breaker is open (a
 // charge must start somewhere; it then waits there like any charge facing

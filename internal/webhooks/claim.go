@@ -32,7 +32,7 @@ const dueAtExpr = `greatest(next_attempt_at, coalesce(locked_until, '-infinity':
 // Nothing is read and then thrown away: a pass costs a probe per tenant
 // with pending deliveries and per endpoint walked, and the rows it
 // returns, never the deliveries piled up at endpoints or hosts held at
-// their caps (pitfall 90 "A backlog every pass reads again").
+// their caps (pitfall Q9 "A backlog every pass reads again").
 //
 // The limits are constants of the statement, filled in for each Deliverer
 // (withLimits).
@@ -81,7 +81,7 @@ func tenantHostKey(tenant int64, host string) string {
 // partial index of pending deliveries instead, reading an endpoint's every
 // due delivery to find one. The event and the endpoint are read by a
 // subquery per leased row: as joins, they were read through the tenant's
-// every event (pitfall 90 "A backlog every pass reads again"; both plans
+// every event (pitfall Q9 "A backlog every pass reads again"; both plans
 // were chosen on tables without statistics).
 const claimSQL = `
 WITH picked AS (

@@ -120,8 +120,7 @@ type Deliverer struct {
 
 	caps caps
 	// names names tenants in log lines, as the reaper's and the
-	// commands' lines do (pitfall 121 "A log line that names a tenant by
-	// a number").
+	// commands' lines do (see the package doc).
 	names *tenants.NameCache
 	// candidatesSQL is the package's candidatesSQL with caps' limits.
 	candidatesSQL string

@@ -1,6 +1,3 @@
-// Package webhooks owns a tenant's webhook endpoints and sends them the
-// events internal/events queued for them: at least once, signed, on the
-// retry schedule, several deliverers at once (Deliverer, run by bin/reaper).
 package webhooks
 
 import (

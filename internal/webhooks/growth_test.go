@@ -29,7 +29,7 @@ WITH ev AS (
 INSERT INTO webhook_deliveries (tenant_id, event_id, event_created_at, endpoint_id, next_attempt_at)
 SELECT tenant_id, id, created_at, $2, created_at FROM ev`
 
-// pitfall 90 "A backlog every pass reads again": 10⁵ due deliveries of
+// pitfall Q9 "A backlog every pass reads again": 10⁵ due deliveries of
 // tenant A wait at an endpoint that hangs, held at its cap of 4 attempts
 // in flight, beside an idle endpoint of A's. Another tenant's first
 // delivery must start within the contract's bound, and no statement the

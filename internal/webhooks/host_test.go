@@ -31,7 +31,7 @@ func dialAllTo(addr string, only ...string) *http.Client {
 	}}
 }
 
-// pitfall 91 "One host under many spellings": the per-host cap counts a
+// pitfall W6 "One host under many spellings": the per-host cap counts a
 // host in its canonical form, so LocalHost., 0x7f000001, 2130706433 and
 // 127.0.0.1 (and the other spellings of an address) are one host. Four
 // endpoints of one tenant, one per spelling, all hanging, with PerHost 2:

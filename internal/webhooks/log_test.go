@@ -28,11 +28,10 @@ func logLines(t *testing.T, logs *lockedBuffer) []map[string]any {
 	return out
 }
 
-// pitfall 121 "A log line that names a tenant by a number": the
-// deliverer's lines about a tenant's deliveries (an attempt that failed, a
-// delivery given up) name the tenant as every other line and command does,
-// by the name bin/api requests and webhooks redeliver take, never its
-// database id under the same key.
+// The deliverer's lines about a tenant's deliveries (an attempt that
+// failed, a delivery given up) name the tenant as every other line and
+// command does, by the name bin/api requests and webhooks redeliver take,
+// never its database id under the same key.
 func TestDeliveryLogNamesTheTenant(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

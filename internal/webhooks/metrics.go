@@ -13,7 +13,7 @@ import (
 )
 
 // backlogSQLTemplate measures what waits, reading a bounded part of it
-// whatever the backlog (pitfall 90 "A backlog every pass reads again"):
+// whatever the backlog (pitfall Q9 "A backlog every pass reads again"):
 //
 //   - the pending deliveries, counted up to CountLimit;
 //   - the age of the oldest event with a pending delivery: each tenant's

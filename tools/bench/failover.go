@@ -22,7 +22,7 @@ import (
 // With the first PSP down instead (every request answered 503, lookups
 // too), new charges do not start at the second: a charge's id is derived
 // from its request, so its first attempt must go where a lost claim of the
-// same request went, the route's first PSP (pitfall 85 "A second PSP after
+// same request went, the route's first PSP (pitfall F3 "A second PSP after
 // a lost claim"). Once the api's breaker is open they are held back without
 // a call: the step measures how fast those 503s come, and how few requests
 // reach the PSP that is down.

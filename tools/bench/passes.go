@@ -18,7 +18,7 @@ import (
 // The growth step: every background pass timed against a backlog of 10³
 // to 10⁶ rows that it must not read, built directly with SQL in a
 // database of the step's own. A pass that costs what it picks stays flat
-// (pitfall 90 "A backlog every pass reads again"); one that reads its
+// (pitfall Q9 "A backlog every pass reads again"); one that reads its
 // backlog grows a thousandfold.
 //
 // The backlogs, grown together to each size:

@@ -18,7 +18,7 @@ import (
 // workers killed, frozen and crashed at every attempt boundary. At most one
 // PSP may hold an authorization for any charge, the charge must record that
 // one, a declined charge must never reach a second PSP, and no charge may
-// start past its route's first PSP (derived ids, pitfall 85 "A second PSP after a lost claim"); failovers and
+// start past its route's first PSP (derived ids, pitfall F3 "A second PSP after a lost claim"); failovers and
 // the breakers must have been exercised.
 func TestChaosRoutingShortRun(t *testing.T) {
 	t.Parallel()

@@ -38,7 +38,7 @@ func storeAnswer(t *testing.T, w *consoletest.World, key, body string) {
 	}))
 }
 
-// TestLiveUpdateSplitsLinesWhereTheBrowserDoes: pitfall 101 "A live update
+// TestLiveUpdateSplitsLinesWhereTheBrowserDoes: pitfall O13 "A live update
 // split where the browser does not split". A live region is sent as one
 // server-sent event, a "data:" line per line. EventSource ends a line at
 // CR, LF and CRLF; the console split at LF only, so a CR inside a page (a

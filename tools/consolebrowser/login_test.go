@@ -10,7 +10,7 @@ import (
 	"github.com/phasepay/phasepay/internal/testutil/consoletest"
 )
 
-// TestLoginLocationsStayOnTheConsole: pitfall 97 "A login link that sends
+// TestLoginLocationsStayOnTheConsole: pitfall O9 "A login link that sends
 // the operator to another site", in a browser. Every Location the login
 // answered to a next= a link may carry, by GET and by the form's POST,
 // resolved by a real browser's URL parser against the console, stays on

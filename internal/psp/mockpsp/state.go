@@ -19,7 +19,7 @@ import (
 // happens to phasepay's processes; a dev mock that forgot them at every
 // `make run` answered a void of an earlier run's charge with a final 402
 // authorization_not_found, stored for good, while the database still held
-// the charge (pitfall 106 "A mock PSP that forgets its books between runs").
+// the charge (pitfall T2 "A mock PSP that forgets its books between runs").
 //
 // The request log (GET /_admin/requests) and the faults are the running
 // process's own and are not kept.

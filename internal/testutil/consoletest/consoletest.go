@@ -137,7 +137,7 @@ func Get(t *testing.T, c *http.Client, u string, header ...string) (int, string)
 }
 
 // NextKept and NextRefused are the next= values a login link may carry that
-// the login tests try: pitfall 97 "A login link that sends the operator to
+// the login tests try: pitfall O9 "A login link that sends the operator to
 // another site". The kept are paths of the console, followed as they are;
 // the refused, raw or percent-encoded, go to "/".
 var (

@@ -14,6 +14,10 @@
 // minutes saying the same thing. (`make test` checks the server before it
 // starts any test, so there the message appears once.)
 //
+//	go test ./internal/testutil/testdb/ -run '^TestNoServerFailsFastInOneLine$'
+//	go test ./internal/testutil/testdb/ -run '^TestDatabaseURLServerIsUsedNotItsDatabase$'
+//	go test ./scripts/ -run '^TestEnsurePostgresChecksTheServerOfDatabaseURL$'
+//
 // The template is named after a hash of the migrations, so a changed migration
 // builds a new one, and is built once per server under an advisory lock, so
 // test packages running in parallel (separate processes) share it safely.

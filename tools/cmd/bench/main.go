@@ -5,6 +5,11 @@
 // `bench bare` serves the bare baselines (bench.ServeBare): the benchmark
 // re-runs its own executable that way, so that the baselines are a process
 // of their own, as the api is.
+//
+// -h, -help and --help print the usage on stdout and exit 0, and any other
+// argument exits 2; neither starts a run.
+//
+//	go test ./tools/cmd/bench/ -run '^TestBenchHelpStartsNothing$'
 package main
 
 import (

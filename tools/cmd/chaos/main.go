@@ -15,6 +15,11 @@
 // any violation.
 //
 //	chaos [-seed 1] [-intents 2000] [-concurrency 24] [-db-restarts 3] [-json tools/results/chaos.json]
+//
+// -h, -help and --help print the usage on stdout and exit 0, and start no
+// run.
+//
+//	go test ./tools/cmd/chaos/ -run '^TestChaosHelpStartsNothing$'
 package main
 
 import (

@@ -162,7 +162,7 @@ func run(args []string, stdout io.Writer) int {
 // violation fails the run. Asynchronous replication loses what the standby
 // had not received, and the run reports it (Losses); it fails only on a
 // loss the design closes: an intent authorized twice because its retry
-// made a second charge (docs/pitfalls.md, "A claim lost in a failover").
+// made a second charge (pitfall F2 "A claim lost in a failover").
 //
 // Both modes print the independent checker's verdict on the clients'
 // history (Porcupine) and what the PSPs' books hold; a charge authorized
