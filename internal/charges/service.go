@@ -154,3 +154,6 @@ func CrashPoints() []phases.CrashPoint {
 	}
 	return all
 }
+
+// BatchStats is the engine's count of batches (phases.Engine.BatchStats).
+func (s *Service) BatchStats() phases.BatchStats { return s.engine.BatchStats() }

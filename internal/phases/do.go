@@ -102,7 +102,7 @@ func claim[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int
 		ran []phaseRun
 		end txEnd
 	)
-	err := inPipeTx(ctx, e.pool, func(tx *Tx) error {
+	err := e.inBatchTx(ctx, e.lanes.claims, batchKey{tenantID, key}, func(tx *Tx) error {
 		q = e.keys.QueueClaim(tx, params)
 		run.Lease = q.Lease
 		if op.Admit != nil {
@@ -119,7 +119,7 @@ func claim[S any](ctx context.Context, e *Engine, op *Operation[S], tenantID int
 		end, err = commitPhases(ctx, e, tx, run, withClaim, txMode{}, &ran)
 		return err
 	})
-	if q == nil {
+	if q == nil || nothingSent(err) {
 		// No connection, so nothing was sent and nothing claimed.
 		return claimed[S]{}, fmt.Errorf("%s: %w", op.Name, dbstate.Wrap(err))
 	}

@@ -199,7 +199,7 @@ func objectIDTaken(err error, n int) bool {
 
 // commitOnce is one try of commitTx.
 func commitOnce[S any](ctx context.Context, e *Engine, op *Operation[S], run *Run[S], phases []Phase[S], from Point, mode txMode) (end txEnd, err error) {
-	err = inPipeTx(ctx, e.pool, func(tx *Tx) error {
+	err = e.inBatchTx(ctx, e.lanes.commits, keyOf(run.Lease), func(tx *Tx) error {
 		if !run.loaded && !mode.first {
 			obj, err := op.Load(ctx, tx, run)
 			if err != nil {

@@ -26,6 +26,9 @@ type Config struct {
 	// committed stays, and no lease is released. For tests and the
 	// chaos run (phasestest.CrashAt).
 	CrashHook func(ctx context.Context, at CrashPoint) error
+	// Batch configures the batching of concurrent requests' transactions
+	// (batch.go). The zero value batches.
+	Batch BatchConfig
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// TracerProvider and MeterProvider default to no-ops.
@@ -61,6 +64,8 @@ type Engine struct {
 	ops        map[string]resumer // by Operation.Name
 	background sync.WaitGroup     // releaseLater's goroutines
 	hints      *keyHints
+	lanes      lanes
+	batches    *batchStats
 }
 
 // resumer is a registered operation, whatever its object type.
@@ -85,7 +90,9 @@ func New(pool *pgxpool.Pool, keys *idempotency.Store, cfg Config) (*Engine, erro
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Engine{pool: pool, keys: keys, cfg: cfg, log: log, tel: tel, hints: newKeyHints(), ops: map[string]resumer{}}, nil
+	stats := &batchStats{}
+	return &Engine{pool: pool, keys: keys, cfg: cfg, log: log, tel: tel, hints: newKeyHints(), ops: map[string]resumer{},
+		lanes: newLanes(cfg.Batch, stats), batches: stats}, nil
 }
 
 // Register makes op runnable by Do and resumable by Resume, under its Name.

@@ -44,6 +44,10 @@ import (
 // exchange that committed was read, Commit reports it as a *CallbackError,
 // never as a failure to commit.
 type pipeTx struct {
+	// pool gives conn at the first exchange (acquire), so that a
+	// transaction whose statements go out in a batch of many requests
+	// never takes a connection of its own (batch.go).
+	pool    *pgxpool.Pool
 	conn    *pgxpool.Conn
 	pending []queued
 	// open says a BEGIN went out, so the transaction ends with a COMMIT or
@@ -69,14 +73,8 @@ var _ idempotency.Queuer = (*Tx)(nil)
 // inPipeTx runs fn in a pipelined transaction on a connection of pool. It
 // commits if fn returns nil, and rolls back otherwise (like pgx.BeginFunc).
 func inPipeTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *Tx) error) error {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	// Release destroys a connection left inside a transaction (a lost
-	// exchange, say) rather than reuse it.
-	defer conn.Release()
-	tx := &Tx{p: &pipeTx{conn: conn}}
+	tx := &Tx{p: &pipeTx{pool: pool}}
+	defer tx.p.release()
 	if err := fn(tx); err != nil {
 		return errors.Join(err, tx.p.Rollback(ctx))
 	}
@@ -86,16 +84,49 @@ func inPipeTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *Tx) error) er
 // inReadTx runs fn on a connection of pool outside any transaction. Each
 // of its reads is an exchange of its own, as on the pool itself.
 func inReadTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *Tx) error) error {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	tx := &Tx{p: &pipeTx{conn: conn, autocommit: true}}
+	tx := &Tx{p: &pipeTx{pool: pool, autocommit: true}}
+	defer tx.p.release()
 	if err := fn(tx); err != nil {
 		return errors.Join(err, tx.p.Rollback(ctx))
 	}
 	return tx.p.Commit(ctx)
+}
+
+// notSentError is a transaction's failure to get a connection: nothing of
+// it was sent.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string { return e.err.Error() }
+func (e notSentError) Unwrap() error { return e.err }
+
+// nothingSent reports whether err says a transaction failed before any of
+// it went out, for want of a connection.
+func nothingSent(err error) bool {
+	_, ok := errors.AsType[notSentError](err)
+	return ok
+}
+
+// acquire takes the transaction's connection, at its first exchange.
+func (t *pipeTx) acquire(ctx context.Context) error {
+	if t.conn != nil {
+		return nil
+	}
+	conn, err := t.pool.Acquire(ctx)
+	if err != nil {
+		return notSentError{err}
+	}
+	t.conn = conn
+	return nil
+}
+
+// release gives the connection back, if one was taken. The pool destroys
+// a connection left inside a transaction (a lost exchange, say) rather
+// than reuse it.
+func (t *pipeTx) release() {
+	if t.conn != nil {
+		t.conn.Release()
+		t.conn = nil
+	}
 }
 
 // queue holds sql back until the next exchange. scan, if set, gets its
@@ -126,6 +157,11 @@ func (t *pipeTx) usable() error {
 // on regardless, a COMMIT in tail still commits, and the caller decides
 // what the callback's failure means.
 func (t *pipeTx) send(ctx context.Context, tail []queued, implicit bool) (_ pgx.BatchResults, cbErr error, err error) {
+	if err := t.acquire(ctx); err != nil {
+		t.pending = nil
+		t.err = err
+		return nil, nil, err
+	}
 	b := &pgx.Batch{}
 	begin := !implicit && !t.open && !t.autocommit
 	if begin {
@@ -268,7 +304,7 @@ func (t *pipeTx) prepare(ctx context.Context, b *pgx.Batch) error {
 // note marks the connection's prepared statements stale if err says the
 // server no longer has one of them (see prepare). It returns err.
 func (t *pipeTx) note(err error) error {
-	if dbstate.StaleStatement(err) {
+	if t.conn != nil && dbstate.StaleStatement(err) {
 		statementsOn(t.conn.Conn()).stale = true
 	}
 	return err
@@ -433,7 +469,7 @@ func (t *pipeTx) Rollback(ctx context.Context) error {
 		return pgx.ErrTxClosed
 	}
 	t.closed, t.pending = true, nil
-	if !t.open || t.conn.Conn().PgConn().IsClosed() || t.conn.Conn().PgConn().TxStatus() == 'I' {
+	if !t.open || t.conn == nil || t.conn.Conn().PgConn().IsClosed() || t.conn.Conn().PgConn().TxStatus() == 'I' {
 		return nil
 	}
 	_, err := t.conn.Exec(ctx, rollbackSQL)
