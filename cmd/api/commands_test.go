@@ -183,6 +183,9 @@ func TestBadConfigExits2(t *testing.T) {
 		{"psp url not http", "PSP_URL", "ftp://psp.example"},
 		{"psp url relative", "PSP_URL", "psp.example:8090"},
 		{"one commit per phase not a boolean", "ONE_COMMIT_PER_PHASE", "maybe"},
+		{"batch not a boolean", "BATCH", "sometimes"},
+		{"batch max of one", "BATCH_MAX", "1"},
+		{"batch lanes not a number", "BATCH_LANES", "two"},
 		{"unknown pooling mode", "DATABASE_POOLER", "statement"},
 		{"direct URL without a pooler", "DATABASE_DIRECT_URL", unreachableDB},
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/phasepay/phasepay/internal/envconfig"
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/idempotency"
+	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp/mockpsp"
 	"github.com/phasepay/phasepay/internal/routing"
 )
@@ -56,6 +57,11 @@ type Config struct {
 	// (ONE_COMMIT_PER_PHASE=true), for comparison; the default folds the
 	// phases that have no foreign call between them.
 	OneCommitPerPhase bool
+	// Batch shares statements between concurrent requests' transactions
+	// (BATCH=false turns it off, for comparison; BATCH_MAX requests per
+	// batch; BATCH_LANES batches of a kind in flight at once); see
+	// phases.BatchConfig.
+	Batch phases.BatchConfig
 	// WebhookAllowPrivate (WEBHOOK_ALLOW_PRIVATE=1) accepts webhook
 	// endpoints on loopback, private and link-local addresses: for
 	// development (chargectl listen), never in production.
@@ -105,6 +111,17 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("LEASE: must be at least 1s, got %s", c.Lease)
 	}
 	if c.OneCommitPerPhase, err = envconfig.Bool(getenv, "ONE_COMMIT_PER_PHASE", false); err != nil {
+		return Config{}, err
+	}
+	batch, err := envconfig.Bool(getenv, "BATCH", true)
+	if err != nil {
+		return Config{}, err
+	}
+	c.Batch.Off = !batch
+	if c.Batch.Max, err = envconfig.Int(getenv, "BATCH_MAX", phases.DefaultBatchMax, 2, 256); err != nil {
+		return Config{}, err
+	}
+	if c.Batch.Lanes, err = envconfig.Int(getenv, "BATCH_LANES", phases.DefaultBatchLanes, 1, 8); err != nil {
 		return Config{}, err
 	}
 	if c.WebhookAllowPrivate, err = envconfig.Bool(getenv, "WEBHOOK_ALLOW_PRIVATE", false); err != nil {

@@ -129,6 +129,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	svc, err := charges.NewService(pool, keys, authorizer, phases.Config{
 		OneCommitPerPhase: m.Config.OneCommitPerPhase,
+		Batch:             m.Config.Batch,
 		CrashHook:         m.CrashHook,
 		Logger:            m.Logger,
 		TracerProvider:    tel.Tracer,

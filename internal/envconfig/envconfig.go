@@ -48,3 +48,16 @@ func Bool(getenv Getenv, name string, def bool) (bool, error) {
 	}
 	return b, nil
 }
+
+// Int parses a whole number between lo and hi, or returns def if unset.
+func Int(getenv Getenv, name string, def, lo, hi int) (int, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("%s: %q is not a whole number from %d to %d", name, v, lo, hi)
+	}
+	return n, nil
+}

@@ -244,8 +244,8 @@ func (e *Engine) runBatch(ctx context.Context, jobs []*batchJob) {
 		j.finish(j.tx.Commit(ctx))
 		return
 	}
-	e.batches.record(len(jobs))
 	errs, err := e.sendBatch(ctx, jobs)
+	e.batches.record(len(jobs), errors.Is(err, errBatchRefused))
 	for i, j := range jobs {
 		switch {
 		case errors.Is(err, errBatchRefused):
@@ -261,27 +261,33 @@ func (e *Engine) runBatch(ctx context.Context, jobs []*batchJob) {
 
 // batchStats counts batches, for make bench's mean batch size.
 type batchStats struct {
-	mu       sync.Mutex
-	batches  int64
-	requests int64
+	mu sync.Mutex
+	BatchStats
 }
 
-func (s *batchStats) record(n int) {
+func (s *batchStats) record(n int, refused bool) {
 	s.mu.Lock()
-	s.batches++
-	s.requests += int64(n)
+	s.Batches++
+	s.Requests += int64(n)
+	if refused {
+		s.Refused++
+	}
 	s.mu.Unlock()
 }
 
-// BatchStats is how many batches of more than one request ran, and how
-// many requests they held.
-type BatchStats struct{ Batches, Requests int64 }
+// BatchStats counts the batches of more than one request that ran.
+type BatchStats struct {
+	Batches, Requests int64
+	// Refused counts the batches the database refused, whose requests
+	// then ran alone.
+	Refused int64
+}
 
 // BatchStats returns the batches run since the engine started.
 func (e *Engine) BatchStats() BatchStats {
 	e.batches.mu.Lock()
 	defer e.batches.mu.Unlock()
-	return BatchStats{Batches: e.batches.batches, Requests: e.batches.requests}
+	return e.batches.BatchStats
 }
 
 // lanes are the engine's two kinds of batchable transaction.
