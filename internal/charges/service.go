@@ -136,10 +136,11 @@ func (s *Service) Get(ctx context.Context, tenantID int64, id string) (*Charge, 
 }
 
 // CrashPoints lists the crash points of every operation on charges, each
-// once: where the chaos run may kill a worker.
+// once, and those inside a batch of them: where the chaos run may kill a
+// worker.
 func CrashPoints() []phases.CrashPoint {
 	ids := &objectIDs{}
-	var all []phases.CrashPoint
+	all := []phases.CrashPoint{phases.CrashInBatch, phases.CrashAfterBatch}
 	for _, points := range [][]phases.CrashPoint{
 		phases.CrashPoints(authorizeOperation(nil, nil, ids)),
 		phases.CrashPoints(captureOperation(nil)),

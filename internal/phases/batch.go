@@ -246,6 +246,8 @@ func (e *Engine) runBatch(ctx context.Context, jobs []*batchJob) {
 	}
 	errs, err := e.sendBatch(ctx, jobs)
 	e.batches.record(len(jobs), errors.Is(err, errBatchRefused))
+	e.tel.batches.Add(ctx, 1)
+	e.tel.batched.Add(ctx, int64(len(jobs)))
 	for i, j := range jobs {
 		switch {
 		case errors.Is(err, errBatchRefused):

@@ -70,6 +70,9 @@ type instruments struct {
 	outcomes      metric.Int64Counter
 	phaseDuration metric.Float64Histogram
 	pspDuration   metric.Float64Histogram
+	// batches and batched count the batches of more than one request and
+	// the requests in them (batch.go).
+	batches, batched metric.Int64Counter
 	// The label sets of the three, one per combination (few of each).
 	outcomeAttrs *telemetry.AttrSets[string]
 	phaseAttrs   *telemetry.AttrSets[[2]string] // phase, outcome
@@ -107,7 +110,12 @@ func newInstruments(cfg Config) (instruments, error) {
 	in.pspDuration, err3 = m.Float64Histogram("phasepay.psp.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of a PSP call (authorization, capture, void, refund), retries and lookups included, by result."),
 		metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-	if err := errors.Join(err1, err2, err3); err != nil {
+	var err4, err5 error
+	in.batches, err4 = m.Int64Counter("phasepay.batches",
+		metric.WithDescription("Batches of more than one request's transaction (claims, or commits after a PSP call) sent as one."))
+	in.batched, err5 = m.Int64Counter("phasepay.batched_requests",
+		metric.WithDescription("Requests whose transaction went out in a batch of more than one: over phasepay.batches, the mean batch size."))
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return instruments{}, fmt.Errorf("phases: instruments: %w", err)
 	}
 	return in, nil
