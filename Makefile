@@ -117,19 +117,20 @@ failover: pg-auto-failover
 bench: build pg pgbouncer
 	$(GO) run ./tools/cmd/bench
 
-## profile: what one new charge costs the database, per statement, table and index (pg_stat_statements, table counters, pg_waldump), its WAL and full-page images, the database's and the api's CPU and the api's CPU profile, on a throw-away cluster (never the server on 5432); PROFILE_AB=VERSION profiles the schema up to that migration against the latest instead (A B A B); PROFILE_CALLGRIND=1 counts the database's instructions per new charge and replay under valgrind instead (with PROFILE_AB, or PROFILE_BIN_B=DIR for another api binary); writes tools/results/profile.json (profile-ab-VERSION.json, profile-callgrind.json)
+## profile: what one new charge costs the database, per statement, table and index (pg_stat_statements, table counters, pg_waldump), its WAL and full-page images, the database's and the api's CPU and the api's CPU profile, on a throw-away cluster (never the server on 5432); PROFILE_AB=VERSION profiles the schema up to that migration against the latest instead (A B A B); PROFILE_CALLGRIND=1 counts the database's instructions per new charge and replay under valgrind instead (with PROFILE_AB, or PROFILE_BIN_B=DIR for another api binary; PROFILE_BATCH=1: new charges from 16 clients with batching off against on); writes tools/results/profile.json (profile-ab-VERSION.json, profile-callgrind.json)
 PROFILE_CHARGES ?= 3000
 PROFILE_CLIENTS ?= 8
 PROFILE_AB ?=
 PROFILE_CALLGRIND ?=
 PROFILE_BIN_B ?=
+PROFILE_BATCH ?=
 profile:
 ifeq ($(PROFILE_CALLGRIND),)
 	$(GO) run ./tools/cmd/profile -charges $(PROFILE_CHARGES) -clients $(PROFILE_CLIENTS) \
 		$(if $(PROFILE_AB),-ab $(PROFILE_AB) -json tools/results/profile-ab-$(PROFILE_AB).json,-json tools/results/profile.json)
 else
-	$(GO) run ./tools/cmd/profile -callgrind -replays $(if $(PROFILE_AB),-ab $(PROFILE_AB)) $(if $(PROFILE_BIN_B),-bin-b $(PROFILE_BIN_B)) \
-		-json tools/results/profile-callgrind$(if $(PROFILE_AB),-ab-$(PROFILE_AB)).json
+	$(GO) run ./tools/cmd/profile -callgrind $(if $(PROFILE_BATCH),-batch-ab -counted-clients 16,-replays) $(if $(PROFILE_AB),-ab $(PROFILE_AB)) $(if $(PROFILE_BIN_B),-bin-b $(PROFILE_BIN_B)) \
+		-json tools/results/profile-callgrind$(if $(PROFILE_AB),-ab-$(PROFILE_AB))$(if $(PROFILE_BATCH),-batch).json
 endif
 
 ## soak: an hour of steady load (SOAK=10m for a short run) on a throw-away cluster with autovacuum on: new charges, replays, captures, refunds, webhook deliveries, a worker killed every 3 minutes; every process's memory, goroutines, files and connections, each operation's p50/p99, dead tuples and index size per table, partitions and WAL per charge sampled every minute; fails when a series climbs over the last 75%; writes tools/results/soak.json (soak-$(SOAK).json for a short run) and a plot per series

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/sqlbatch"
 )
 
@@ -56,6 +57,11 @@ func (e *Engine) sendBatch(ctx context.Context, jobs []*batchJob) ([]error, erro
 	}
 	results, err := e.exchangeBatch(ctx, c, stmts)
 	if err != nil {
+		if dbstate.StaleStatement(err) {
+			// The server forgot a prepared form (DISCARD ALL, say): the
+			// connection's next transaction prepares them all again.
+			statementsOn(c).stale = true
+		}
 		if _, ok := errors.AsType[*pgconn.PgError](err); ok && !c.PgConn().IsClosed() {
 			return nil, errBatchRefused
 		}

@@ -106,6 +106,9 @@ type Results struct {
 	// TimelineCost is new charges with the request timeline on against
 	// TIMELINE=off (timeline.go).
 	TimelineCost []TimelineCost `json:"timeline_cost"`
+	// Batching is new charges with batching on against BATCH=false, per
+	// level (batching.go).
+	Batching []BatchingGain `json:"batching"`
 	// Passes is every background pass timed against backlogs it must not
 	// read (passes.go).
 	Passes *Passes `json:"background_passes,omitempty"`
@@ -157,6 +160,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		{"pooler: new charges and replays through PgBouncer (alternating with direct)", e.withStatistics(e.pooler)},
 		{"instrumentation overhead (alternating on/off)", e.withStatistics(e.instrumentation)},
 		{"timeline cost (alternating on/off)", e.withStatistics(e.timelineCost)},
+		{"batching (alternating on/off)", e.withStatistics(e.batching)},
 		{"tenant foreign keys (alternating with/without)", e.withStatistics(e.tenantFKs)},
 		{"claim by partition count", e.claimByPartitions},
 		{"cost growth with stored keys", e.growth},

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/user"
@@ -52,6 +53,12 @@ type CallgrindConfig struct {
 	// Replays counts replays too (POST again of a warm-up key), and
 	// NoCharges only them.
 	Replays, NoCharges bool
+	// Clients is how many clients send the counted requests at once
+	// (default 1). With more, concurrent requests share batches.
+	Clients int
+	// BatchAB counts the api with BATCH=false (A) against BATCH=true (B),
+	// both the latest binary and schema.
+	BatchAB bool
 	// Keep, if set, is a directory that receives the counted backends'
 	// files of every long run (<variant>-<round>-<kind>-cg.<pid>), for
 	// callgrind_annotate.
@@ -63,6 +70,7 @@ func (c *CallgrindConfig) defaults() {
 	c.Long = cmp.Or(c.Long, 250)
 	c.Warmup = cmp.Or(c.Warmup, 20)
 	c.Functions = cmp.Or(c.Functions, 30)
+	c.Clients = cmp.Or(c.Clients, 1)
 }
 
 // Count is one variant's instructions per request in one round.
@@ -96,6 +104,7 @@ type variant struct {
 	label string
 	bin   string
 	db    *database
+	env   map[string]string // the api's, besides the stack's
 }
 
 // RunCallgrind counts instructions per request for one variant, or for A
@@ -157,6 +166,10 @@ func RunCallgrind(ctx context.Context, cfg Config, cc CallgrindConfig) ([]Count,
 	variants := []*variant{{label: "latest", bin: bin}}
 	versions := []int64{0}
 	switch {
+	case cc.BatchAB:
+		variants = []*variant{{label: "A (BATCH=false)", bin: bin, env: map[string]string{"BATCH": "false"}},
+			{label: "B (BATCH=true)", bin: bin, env: map[string]string{"BATCH": "true"}}}
+		versions = []int64{0, 0}
 	case cc.BinB != "":
 		variants = []*variant{{label: "A (" + bin + ")", bin: bin}, {label: "B (" + cc.BinB + ")", bin: cc.BinB}}
 		versions = []int64{0, 0}
@@ -244,9 +257,11 @@ func (s *stack) countRun(ctx context.Context, out string, v *variant, kind strin
 	// Its pool opens all its connections at its start, so that a longer
 	// run opens no more of them (each a backend start, millions of
 	// instructions).
-	api := procs.New("api", filepath.Join(v.bin, "api"), map[string]string{
+	env := map[string]string{
 		"DATABASE_URL": v.db.url + "&pool_min_conns=4&pool_max_conns=4", "API_ADDR": apiAddr, "PSP_URL": s.pspURL,
-	}, "serve")
+	}
+	maps.Copy(env, v.env)
+	api := procs.New("api", filepath.Join(v.bin, "api"), env, "serve")
 	if err := api.Start(); err != nil {
 		return 0, nil, err
 	}
@@ -264,7 +279,7 @@ func (s *stack) countRun(ctx context.Context, out string, v *variant, kind strin
 	}
 	var bad int
 	if kind == "charge" {
-		_, bad, _ = drive(ctx, base, v.db.apiKey, tag, n, 1)
+		_, bad, _ = drive(ctx, base, v.db.apiKey, tag, n, cc.Clients)
 	} else {
 		bad = replay(ctx, base, v.db.apiKey, tag+"-warm", cc.Warmup, n)
 	}

@@ -41,6 +41,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cc.Long, "long", 250, "-callgrind: requests of the long run")
 	fs.StringVar(&cc.BinB, "bin-b", "", "-callgrind: directory with variant B's api (code A/B: A is -bin's, both on the latest schema)")
 	fs.BoolVar(&cc.Replays, "replays", false, "-callgrind: count replays too")
+	fs.IntVar(&cc.Clients, "counted-clients", 1, "-callgrind: clients sending the counted new charges at once")
+	fs.BoolVar(&cc.BatchAB, "batch-ab", false, "-callgrind: count the api with BATCH=false (A) against BATCH=true (B), alternating")
 	fs.BoolVar(&cc.NoCharges, "only-replays", false, "-callgrind: count replays only")
 	fs.StringVar(&cc.Keep, "keep", "", "-callgrind: directory for the counted backends' files of the long runs")
 	fs.IntVar(&cc.Functions, "functions", 30, "-callgrind: functions listed by inclusive instructions per request (negative: none)")
