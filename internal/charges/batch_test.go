@@ -161,3 +161,44 @@ func TestKillInsideABatchLeavesEveryKeyRecoverable(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchedChargesBetweenPSPsRecordTheirAttempts: with several PSPs every
+// attempt has its row, written with the charge and ended with the answer,
+// in batches as alone. Half the charges are declined, so that a batch's
+// attempts end with different outcomes.
+func TestBatchedChargesBetweenPSPsRecordTheirAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newRoutedWorld(t, routedConfig{})
+	svc := w.service(t, 0, phases.Config{})
+	const n = 64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			body := visa
+			if i%2 == 1 {
+				body = declined
+			}
+			_, err := svc.Create(ctx, w.Tenant, fmt.Sprintf("r-%d", i), phases.AsSent([]byte(body)))
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		c := w.chargeOfKey(t, fmt.Sprintf("r-%d", i))
+		want := "authorized"
+		if i%2 == 1 {
+			want = "declined"
+		}
+		require.Equal(t, want, string(c.Status), c.ID)
+		if want == "authorized" {
+			require.Equal(t, []string{"primary"}, w.authorizedAt(c.ID), c.ID)
+		}
+		attempts := w.attempts(t, c.ID)
+		require.Len(t, attempts, 1, c.ID)
+		require.Equal(t, "primary", attempts[0].PSP)
+		require.NotNil(t, attempts[0].Outcome, c.ID)
+		require.Equal(t, want, *attempts[0].Outcome, c.ID)
+	}
+	require.Positive(t, svc.BatchStats().Batches, "no two requests shared a batch")
+}

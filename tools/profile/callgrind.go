@@ -273,7 +273,14 @@ func (s *stack) countRun(ctx context.Context, out string, v *variant, kind strin
 		api.Stop(30 * time.Second)
 		return 0, nil, fmt.Errorf("api: %w: %s", err, procs.LastLines(api.LogText(), 5))
 	}
-	if _, bad, _ := drive(ctx, base, v.db.apiKey, tag+"-warm", cc.Warmup, 1); bad > 0 {
+	// With several clients the warm-up sends from as many, so that every
+	// connection has prepared and planned what the counted requests run
+	// (a batch's forms among them) in the short run as in the long.
+	warm := cc.Warmup
+	if cc.Clients > 1 {
+		warm = max(warm, 8*cc.Clients)
+	}
+	if _, bad, _ := drive(ctx, base, v.db.apiKey, tag+"-warm", warm, cc.Clients); bad > 0 {
 		api.Stop(30 * time.Second)
 		return 0, nil, failed("warm-up", bad)
 	}
