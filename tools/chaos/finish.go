@@ -124,6 +124,10 @@ func (h *harness) verify(ctx context.Context) error {
 		for _, e := range recoveredPanics(p.LogText()) {
 			sum.Violations = append(sum.Violations, p.Name()+": recovered panic: "+e)
 		}
+		// A 500's cause, which the client never sees: the api's log line.
+		for _, e := range internalErrors(p.LogText()) {
+			sum.Violations = append(sum.Violations, p.Name()+": answered 500: "+e)
+		}
 	}
 	return nil
 }
@@ -150,6 +154,27 @@ func recoveredPanics(logs string) []string {
 			}
 		}
 		out = append(out, rec.Panic+at)
+	}
+	return out
+}
+
+// internalErrors returns the error of each request a process answered 500
+// (the api's "request failed" at level ERROR).
+func internalErrors(logs string) []string {
+	var out []string
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, `"msg":"request failed"`) || !strings.Contains(line, `"level":"ERROR"`) {
+			continue
+		}
+		var rec struct {
+			Error     string `json:"error"`
+			RequestID string `json:"request_id"`
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			out = append(out, line)
+			continue
+		}
+		out = append(out, rec.Error+" (request "+rec.RequestID+")")
 	}
 	return out
 }

@@ -18,3 +18,12 @@ func TestRecoveredPanicIsAViolation(t *testing.T) {
 	require.Equal(t, "runtime error: invalid memory address or nil pointer dereference at github.com/phasepay/phasepay/internal/phases.Do[...](0x1)", got[0])
 	require.Empty(t, recoveredPanics(`{"level":"INFO","msg":"request","status":500}`))
 }
+
+// TestInternalErrorIsNamed: a request answered 500 is reported with the
+// error the api logged for it; a 503's WARN is not.
+func TestInternalErrorIsNamed(t *testing.T) {
+	logs := `{"level":"WARN","msg":"request failed","request_id":"a","status":503,"error":"database unavailable"}
+{"level":"ERROR","msg":"request failed","request_id":"b","status":500,"error":"charges.create: boom"}
+`
+	require.Equal(t, []string{"charges.create: boom (request b)"}, internalErrors(logs))
+}
