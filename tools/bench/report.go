@@ -30,7 +30,7 @@ func targets(r *Results) []Target {
 	add := func(name, value, goal string, met bool) {
 		out = append(out, Target{Name: name, Value: value, Goal: goal, Met: met})
 	}
-	// The goals of issue 37 (batching): new charges ≥ 0.55 of bare-new at 8
+	// The goals since batching: new charges ≥ 0.55 of bare-new at 8
 	// clients and ≥ 0.7 at 32, replays ≥ 0.65 of bare-replay at both.
 	newGoal := map[int]float64{8: 0.55, 32: 0.7}
 	for i, br := range r.Bare.Ratios {
