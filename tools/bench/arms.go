@@ -2,11 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/tools/procs"
@@ -54,8 +57,14 @@ func (e *env) newArmDB(ctx context.Context, n int) (*armDB, error) {
 		return nil, fmt.Errorf("arm database: %w", err)
 	}
 	a := &armDB{name: name, url: e.urlOf(name)}
+	// Two connections do the settling and the CPU snapshots: on a shared
+	// server, the two stacks' pools already hold up to 64.
 	var err error
-	if a.pool, err = pgxpool.New(ctx, a.url); err != nil {
+	sep := "?"
+	if strings.Contains(a.url, "?") {
+		sep = "&"
+	}
+	if a.pool, err = pgxpool.New(ctx, a.url+sep+"pool_max_conns=2"); err != nil {
 		a.drop(ctx, e)
 		return nil, err
 	}
@@ -260,6 +269,11 @@ type Pairs struct {
 func (e *env) onOff(ctx context.Context, on, off arm, c, pairs int) (ons, offs []armRun, p Pairs, err error) {
 	for i := range pairs {
 		o, f, err := e.onOffPair(ctx, on, off, c, i)
+		for retry := 0; tooManyClients(err) && retry < 2; retry++ {
+			e.log("    pair %d: %v; again in 10 s", i+1, err)
+			time.Sleep(10 * time.Second)
+			o, f, err = e.onOffPair(ctx, on, off, c, i)
+		}
 		if err != nil {
 			return nil, nil, Pairs{}, err
 		}
@@ -292,4 +306,12 @@ func loads(runs []armRun) []LoadResult {
 		out[i] = r.LoadResult
 	}
 	return out
+}
+
+// tooManyClients reports whether err is the server refusing a connection
+// at max_connections: other work on a shared server, which a pair run
+// again a little later may not meet.
+func tooManyClients(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "53300" // too_many_connections
 }
