@@ -29,6 +29,11 @@ type Limit struct {
 	// created a day at a time, and none is past retention within an hour
 	// of a fresh database), and never by a slope.
 	DayStep bool `json:"day_step,omitempty"`
+	// SawTop is the top of a series that saws under a periodic reset
+	// (autovacuum), or 0. A window shorter than the hour's holds a few of
+	// its teeth, whose slope says nothing: there the series is flat while
+	// every sample stays at or under SawTop, whatever its slope.
+	SawTop float64 `json:"saw_top,omitempty"`
 	// Why justifies the limit; it is printed with the verdict.
 	Why string `json:"why"`
 }
@@ -60,8 +65,10 @@ type Judgement struct {
 	// Slope is per hour, in the series' unit; Intercept at hour 0.
 	Slope     float64 `json:"slope_per_hour"`
 	Intercept float64 `json:"intercept"`
-	// Change is the last value in the window less the first.
+	// Change is the last value in the window less the first; Max the
+	// highest in it.
 	Change float64 `json:"change"`
+	Max    float64 `json:"max"`
 	// Allowed is the limit in the series' unit per hour (PerHour × Mean
 	// when relative, × Scale), or the change allowed for a DayStep count.
 	Allowed float64 `json:"allowed"`
@@ -94,6 +101,7 @@ func judge(points []Point, windowFrom float64, limit *Limit, start time.Time) Ju
 	if len(xs) > 0 {
 		j.Mean = stat.Mean(ys, nil)
 		j.Change = ys[len(ys)-1] - ys[0]
+		j.Max = slices.Max(ys)
 	}
 	if len(xs) >= 2 {
 		j.Intercept, j.Slope = stat.LinearRegression(xs, ys, nil, false)
@@ -117,6 +125,10 @@ func judge(points []Point, windowFrom float64, limit *Limit, start time.Time) Ju
 	}
 	j.Scale = windowScale(xs[len(xs)-1] - xs[0])
 	j.Allowed *= j.Scale
+	if limit.SawTop > 0 && j.Scale > 1 {
+		j.Verdict = verdict(slices.Max(ys) <= limit.SawTop)
+		return j
+	}
 	j.Verdict = verdict(j.Slope <= j.Allowed)
 	return j
 }
@@ -175,6 +187,8 @@ func (j Judgement) describe(unit string, limit *Limit) string {
 		return fmt.Sprintf("slope %+.3g %s/h (mean %.4g)", j.Slope, unit, j.Mean)
 	case limit.DayStep:
 		return fmt.Sprintf("change %+.0f (allowed %.0f) over the window", j.Change, j.Allowed)
+	case limit.SawTop > 0 && j.Scale > 1:
+		return fmt.Sprintf("at most %.3g %s in a short window, saw top %.3g (slope %+.3g %s/h)", j.Max, unit, limit.SawTop, j.Slope, unit)
 	case j.Scale > 1:
 		return fmt.Sprintf("slope %+.3g %s/h, limit %.3g %s/h (%.1f× the hour's, for a short window; mean %.4g)", j.Slope, unit, j.Allowed, unit, j.Scale, j.Mean)
 	default:
