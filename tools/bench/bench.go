@@ -51,7 +51,8 @@ type Config struct {
 	// Reps is how many times each of two compared loads runs, alternating
 	// (A B A B for 2): this machine's disk-sync speed swings within
 	// minutes, so a ratio is only fair between neighbouring runs, and a
-	// median only over several. Default 2.
+	// median only over several. Default 2. The on/off steps run at least
+	// four pairs, each arm in slices taking turns (arms.go).
 	Reps int
 	// Partitions are the daily-partition counts of the claim measurement.
 	// Default 1, 7, 30.
