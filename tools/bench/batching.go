@@ -5,16 +5,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/phasepay/phasepay/tools/procs"
+	"sync"
 )
 
 // What batching gives new charges (internal/phases/batch.go): the api with
-// BATCH on (the default) against BATCH=false, alternating, in the same
-// run, at every level. At one client a batch is one request, which runs
+// BATCH on (the default) against BATCH=false, in pairs of arms taking
+// turns on fresh databases (arms.go), in the same run, at every level. At one client a batch is one request, which runs
 // its own statements, so the two should not differ; with more, concurrent
 // claims and commits share statements.
 
@@ -23,95 +21,71 @@ type BatchingGain struct {
 	Clients int        `json:"clients"`
 	On      LoadResult `json:"on"`
 	Off     LoadResult `json:"off"`
-	// Gain is on ÷ off throughput; P50Ratio on ÷ off p50 latency.
+	// Gain is the median of the pairs' on ÷ off throughput; P50Ratio the
+	// on arms' median p50 over the off arms'.
 	Gain     float64 `json:"gain"`
 	P50Ratio float64 `json:"p50_ratio"`
+	Pairs    Pairs   `json:"pairs"`
 	// OnCPU and OffCPU are the CPU per new charge of the api process and
 	// of the database's backends, in milliseconds.
 	OnCPU  StackCPU `json:"on_cpu"`
 	OffCPU StackCPU `json:"off_cpu"`
 	// MeanBatch is the mean size of the batches of more than one request
-	// the on stack ran during these loads (claims and commits together),
-	// and Batched the share of its requests' transactions that went in one.
+	// the on arms ran (claims and commits together, warm-up included).
 	MeanBatch float64 `json:"mean_batch"`
-	Batched   float64 `json:"batched_share"`
 }
 
-// batching measures new charges with batching on and off.
-func (e *env) batching(ctx context.Context, res *Results) error {
-	pspURL, psp, err := e.startPSP(ctx)
-	if err != nil {
-		return err
-	}
-	defer psp.stop()
-	start := func(batch string) (string, *server, error) {
-		addr, err := procs.FreeAddr()
-		if err != nil {
-			return "", nil, err
-		}
-		api, err := startServer(ctx, filepath.Join(e.cfg.BinDir, "api"),
-			map[string]string{"DATABASE_URL": e.dbURL, "API_ADDR": addr, "PSP_URL": pspURL, "BATCH": batch},
-			"http://"+addr+"/healthz", "serve")
-		return "http://" + addr, api, err
-	}
-	onBase, onAPI, err := start("true")
-	if err != nil {
-		return err
-	}
-	defer onAPI.stop()
-	offBase, offAPI, err := start("false")
-	if err != nil {
-		return err
-	}
-	defer offAPI.stop()
+// batchTally sums the batch counters of the arms' apis, read as each stops.
+type batchTally struct {
+	mu                sync.Mutex
+	batches, requests int64
+}
 
-	measure := func(base string, api *server, prefix string, c int) func(rep int) LoadResult {
-		return func(rep int) LoadResult {
-			before := processTicks(api.cmd.Process.Pid)
-			r := e.costed(ctx, func() LoadResult {
-				return load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
-					return request{keyf("%s-%d-%d-%d-%d", prefix, c, rep, w, i), []byte(visa)}
-				}, nil)
-			})
-			if r.CPU != nil && r.Requests > 0 {
-				// The api's CPU per request rides in Machine's place, as in
-				// timelineCost.
-				r.CPU.Machine = procs.TicksToMillis(processTicks(api.cmd.Process.Pid)-before) / float64(r.Requests)
+// counted wraps a's start so that its api's batch counters are added to t
+// before the api stops.
+func (e *env) counted(a arm, t *batchTally) arm {
+	start := a.start
+	a.start = func(ctx context.Context, dbURL string) (string, int, func(), error) {
+		base, pid, stop, err := start(ctx, dbURL)
+		if err != nil {
+			return base, pid, stop, err
+		}
+		return base, pid, func() {
+			if b, r, err := e.batchCounts(ctx, base); err == nil {
+				t.mu.Lock()
+				t.batches, t.requests = t.batches+b, t.requests+r
+				t.mu.Unlock()
 			}
-			return r
-		}
+			stop()
+		}, nil
 	}
-	var offBatches int64
+	return a
+}
+
+// batching measures new charges with batching on and off, in pairs of
+// arms taking turns, each on a fresh database (arms.go), at every level.
+func (e *env) batching(ctx context.Context, res *Results) error {
+	var onTally, offTally batchTally
+	on := e.counted(e.stackArm("batch-on", map[string]string{"BATCH": "true"}), &onTally)
+	off := e.counted(e.stackArm("batch-off", map[string]string{"BATCH": "false"}), &offTally)
 	for _, c := range e.cfg.Levels {
-		b0, r0, err := e.batchCounts(ctx, onBase)
+		b0, r0 := onTally.batches, onTally.requests
+		ons, offs, pairs, err := e.onOff(ctx, on, off, c, max(e.cfg.Reps, onOffPairs))
 		if err != nil {
 			return err
 		}
-		on, off := alternate(max(e.cfg.Reps, 3), measure(onBase, onAPI, "batch-on", c), measure(offBase, offAPI, "batch-off", c))
-		b1, r1, err := e.batchCounts(ctx, onBase)
-		if err != nil {
-			return err
-		}
-		ob, _, err := e.batchCounts(ctx, offBase)
-		if err != nil {
-			return err
-		}
-		offBatches = ob
-		g := BatchingGain{Clients: c, On: on, Off: off, Gain: ratio(on.PerSec, off.PerSec),
-			P50Ratio: ratio(on.Latency.P50, off.Latency.P50), OnCPU: stackCPU(on), OffCPU: stackCPU(off),
-			MeanBatch: ratio(float64(r1-r0), float64(b1-b0))}
-		// Each new charge sends two batchable transactions (its claim and
-		// its commit after the PSP's answer).
-		if n := float64(on.Requests) * 2; n > 0 {
-			g.Batched = float64(r1-r0) / n
-		}
+		onL, offL := median(loads(ons)), median(loads(offs))
+		g := BatchingGain{Clients: c, On: onL, Off: offL, Gain: 1 - medianFloat(pairs.Costs),
+			P50Ratio: ratio(onL.Latency.P50, offL.Latency.P50), Pairs: pairs,
+			OnCPU: medianCPU(ons), OffCPU: medianCPU(offs),
+			MeanBatch: ratio(float64(onTally.requests-r0), float64(onTally.batches-b0))}
 		res.Batching = append(res.Batching, g)
-		e.log("  %2d clients: batching on %.0f/s (p50 %.2f ms), off %.0f/s (p50 %.2f ms): %.2f×; mean batch %.1f, %.0f%% of transactions batched; CPU per charge (api + database) %.3f + %.3f against %.3f + %.3f ms",
-			c, on.PerSec, on.Latency.P50, off.PerSec, off.Latency.P50, g.Gain, g.MeanBatch, 100*g.Batched,
-			g.OnCPU.API, g.OnCPU.Database, g.OffCPU.API, g.OffCPU.Database)
+		e.log("  %2d clients: batching on %.0f/s (p50 %.2f ms), off %.0f/s (p50 %.2f ms): %.2f× (median of %d pairs, %.2f× to %.2f×); mean batch %.1f; CPU per charge (api + database) %.3f + %.3f against %.3f + %.3f ms",
+			c, onL.PerSec, onL.Latency.P50, offL.PerSec, offL.Latency.P50, g.Gain, len(pairs.Costs), 1-pairs.Max, 1-pairs.Min,
+			g.MeanBatch, g.OnCPU.API, g.OnCPU.Database, g.OffCPU.API, g.OffCPU.Database)
 	}
-	if offBatches != 0 {
-		return fmt.Errorf("BATCH=false ran %d batches: the comparison would be of nothing", offBatches)
+	if offTally.batches != 0 {
+		return fmt.Errorf("BATCH=false ran %d batches: the comparison would be of nothing", offTally.batches)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/phasepay/phasepay/tools/procs"
 )
@@ -43,12 +44,12 @@ type cpuSnapshot struct {
 	backends map[int]int64
 }
 
-func (e *env) cpuSnapshot(ctx context.Context) (cpuSnapshot, error) {
+func cpuSnapshotOf(ctx context.Context, pool *pgxpool.Pool) (cpuSnapshot, error) {
 	m, err := machineTicks()
 	if err != nil {
 		return cpuSnapshot{}, err
 	}
-	rows, err := e.pool.Query(ctx, backendsSQL)
+	rows, err := pool.Query(ctx, backendsSQL)
 	if err != nil {
 		return cpuSnapshot{}, fmt.Errorf("backends: %w", err)
 	}
@@ -68,12 +69,17 @@ func (e *env) cpuSnapshot(ctx context.Context) (cpuSnapshot, error) {
 // included); one that ended during it is missed, which a pool under load
 // does not do. A failed snapshot leaves the cost out.
 func (e *env) costed(ctx context.Context, f func() LoadResult) LoadResult {
-	before, err := e.cpuSnapshot(ctx)
+	return e.costedOn(ctx, e.pool, f)
+}
+
+// costedOn is costed for the backends of pool's database.
+func (e *env) costedOn(ctx context.Context, pool *pgxpool.Pool, f func() LoadResult) LoadResult {
+	before, err := cpuSnapshotOf(ctx, pool)
 	r := f()
 	if err != nil || r.Requests == 0 {
 		return r
 	}
-	after, err := e.cpuSnapshot(ctx)
+	after, err := cpuSnapshotOf(ctx, pool)
 	if err != nil {
 		return r
 	}

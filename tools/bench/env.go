@@ -73,6 +73,9 @@ func (e *env) setup(ctx context.Context) error {
 	}
 	u.Path = "/" + e.partsDB()
 	e.partsURL = u.String()
+	if err := e.makeArmTemplate(ctx); err != nil {
+		return fmt.Errorf("arm template: %w", err)
+	}
 	if e.pool, err = pgxpool.New(ctx, e.dbURL); err != nil {
 		return err
 	}
@@ -107,6 +110,49 @@ func benchDB() string { return fmt.Sprintf("phasepay_bench_%d", os.Getpid()) }
 // partsDB is the database of the claim-by-partitions step.
 func (e *env) partsDB() string { return e.dbName + "_parts" }
 
+// armTemplate is the freshly migrated database each arm of an on/off step
+// is cloned from (arms.go).
+func (e *env) armTemplate() string { return e.dbName + "_armtpl" }
+
+// urlOf is the run's database URL with another database's name.
+func (e *env) urlOf(name string) string {
+	u, err := url.Parse(e.dbURL)
+	if err != nil {
+		return ""
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// makeArmTemplate copies the freshly migrated database (its tenant and API
+// key included) and turns autovacuum off on each of its tables: on a server
+// that runs autovacuum, one starting inside an arm would cost that arm alone.
+func (e *env) makeArmTemplate(ctx context.Context) error {
+	name := e.armTemplate()
+	if _, err := e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		return err
+	}
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+e.dbName); err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, e.urlOf(name))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `
+DO $$
+DECLARE t regclass;
+BEGIN
+  FOR t IN SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+  LOOP
+    EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)', t);
+  END LOOP;
+END $$`)
+	return err
+}
+
 func (e *env) teardown() {
 	if e.claims != nil {
 		e.claims.Close()
@@ -117,6 +163,7 @@ func (e *env) teardown() {
 	ctx := context.Background()
 	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.dbName+" WITH (FORCE)")
 	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.partsDB()+" WITH (FORCE)")
+	_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.armTemplate()+" WITH (FORCE)")
 	e.admin.Close(ctx)
 }
 

@@ -11,14 +11,51 @@ import (
 
 // Overhead is the new-charge throughput of the api with tracing (sampled
 // as deployed, see onSampler; spans exported over OTLP to a sink) and
-// metrics on,
-// against both off (OTEL_SDK_DISABLED=true), at one level.
+// metrics on, against both off (OTEL_SDK_DISABLED=true), at one level.
 type Overhead struct {
-	Clients int        `json:"clients"`
-	On      LoadResult `json:"on"`
-	Off     LoadResult `json:"off"`
-	// Overhead is 1 − on ÷ off throughput.
+	Clients int `json:"clients"`
+	// On and Off are the medians of the arms (arms.go).
+	On  LoadResult `json:"on"`
+	Off LoadResult `json:"off"`
+	// Overhead is the median over the pairs of 1 − on ÷ off throughput.
 	Overhead float64 `json:"overhead"`
+	// Pairs are the pairs' own costs and their range.
+	Pairs Pairs `json:"pairs"`
+	// OnCPU and OffCPU are the medians of the arms' CPU per new charge of
+	// the api process and of the database's backends, in milliseconds;
+	// CPUCost is the median over the pairs of 1 − off ÷ on of their sums.
+	// On a machine other work shares, CPU per charge moves far less than
+	// throughput does.
+	OnCPU   StackCPU `json:"on_cpu"`
+	OffCPU  StackCPU `json:"off_cpu"`
+	CPUCost float64  `json:"cpu_cost"`
+}
+
+// overhead sums up one level's pairs of arms.
+func (e *env) overhead(c int, ons, offs []armRun, pairs Pairs) Overhead {
+	o := Overhead{Clients: c, On: median(loads(ons)), Off: median(loads(offs)), Overhead: medianFloat(pairs.Costs), Pairs: pairs,
+		OnCPU: medianCPU(ons), OffCPU: medianCPU(offs)}
+	o.CPUCost = medianFloat(pairs.CPUCosts)
+	return o
+}
+
+// armCPU is an arm's CPU per request: its api's and its database's.
+func armCPU(r armRun) StackCPU {
+	c := StackCPU{API: r.apiCPU}
+	if r.CPU != nil {
+		c.Database = r.CPU.Database
+	}
+	return c
+}
+
+// medianCPU is the median of the arms' CPU per request, each part apart.
+func medianCPU(runs []armRun) StackCPU {
+	var api, db []float64
+	for _, r := range runs {
+		c := armCPU(r)
+		api, db = append(api, c.API), append(db, c.Database)
+	}
+	return StackCPU{API: medianFloat(api), Database: medianFloat(db)}
 }
 
 // onSampler and onSamplerArg are the sampling of "instrumentation on":
@@ -29,50 +66,36 @@ const (
 	onSamplerArg = "0.1"
 )
 
-// instrumentation measures new charges with telemetry on and off,
-// alternating, at the levels above 1 (throughput is the target).
+// instrumentation measures new charges with telemetry on and off, in
+// pairs of arms taking turns, each on a fresh database (arms.go), at the
+// levels above 1 (throughput is the target).
 func (e *env) instrumentation(ctx context.Context, res *Results) error {
 	sink, err := startOTLPSink()
 	if err != nil {
 		return err
 	}
 	defer sink.Close()
-	on := map[string]string{
+	on := e.stackArm("otel-on", map[string]string{
 		"OTEL_TRACES_EXPORTER":        "otlp",
 		"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
 		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + sink.Listener.Addr().String(),
 		"OTEL_TRACES_SAMPLER":         onSampler,
 		"OTEL_TRACES_SAMPLER_ARG":     onSamplerArg,
-	}
-	off := map[string]string{"OTEL_SDK_DISABLED": "true"}
-	onBase, stopOn, err := e.startStack(ctx, on)
-	if err != nil {
-		return err
-	}
-	defer stopOn()
-	offBase, stopOff, err := e.startStack(ctx, off)
-	if err != nil {
-		return err
-	}
-	defer stopOff()
+	})
+	off := e.stackArm("otel-off", map[string]string{"OTEL_SDK_DISABLED": "true"})
 	for _, c := range e.cfg.Levels {
 		if c == 1 && len(e.cfg.Levels) > 1 {
 			continue
 		}
-		// A 5% target is within one run's noise here: at least three runs
-		// of each, alternating, and their medians.
-		o, f := alternate(max(e.cfg.Reps, 3), func(rep int) LoadResult {
-			return load(ctx, e.hc, onBase, e.apiKey, c, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
-				return request{keyf("otel-on-%d-%d-%d-%d", c, rep, w, i), []byte(visa)}
-			}, nil)
-		}, func(rep int) LoadResult {
-			return load(ctx, e.hc, offBase, e.apiKey, c, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
-				return request{keyf("otel-off-%d-%d-%d-%d", c, rep, w, i), []byte(visa)}
-			}, nil)
-		})
-		ov := Overhead{Clients: c, On: o, Off: f, Overhead: 1 - ratio(o.PerSec, f.PerSec)}
+		ons, offs, pairs, err := e.onOff(ctx, on, off, c, max(e.cfg.Reps, onOffPairs))
+		if err != nil {
+			return err
+		}
+		ov := e.overhead(c, ons, offs, pairs)
 		res.InstrumentationOverhead = append(res.InstrumentationOverhead, ov)
-		e.log("  %2d clients: on %.0f/s, off %.0f/s: overhead %.1f%%", c, o.PerSec, f.PerSec, 100*ov.Overhead)
+		e.log("  %2d clients: on %.0f/s, off %.0f/s: overhead %.1f%% (median of %d pairs, %.1f%% to %.1f%%); CPU per charge (api + database) %.3f + %.3f against %.3f + %.3f ms: %.1f%%",
+			c, ov.On.PerSec, ov.Off.PerSec, 100*ov.Overhead, len(pairs.Costs), 100*pairs.Min, 100*pairs.Max,
+			ov.OnCPU.API, ov.OnCPU.Database, ov.OffCPU.API, ov.OffCPU.Database, 100*ov.CPUCost)
 	}
 	if sink.spans.Load() == 0 {
 		return fmt.Errorf("instrumentation on exported no span: the measurement would be of nothing")

@@ -85,23 +85,29 @@ func (e *env) startPSP(ctx context.Context) (string, *server, error) {
 // startStackOn is startStack with the API connecting to dbURL (the
 // round-trip counter's proxy, say).
 func (e *env) startStackOn(ctx context.Context, dbURL string, extra map[string]string) (base string, stop func(), err error) {
+	base, _, stop, err = e.startStackProc(ctx, dbURL, extra)
+	return base, stop, err
+}
+
+// startStackProc is startStackOn that also returns the api's process.
+func (e *env) startStackProc(ctx context.Context, dbURL string, extra map[string]string) (base string, api *server, stop func(), err error) {
 	pspURL, psp, err := e.startPSP(ctx)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	apiAddr, err := procs.FreeAddr()
 	if err != nil {
 		psp.stop()
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	envs := map[string]string{"DATABASE_URL": dbURL, "API_ADDR": apiAddr, "PSP_URL": pspURL}
 	for k, v := range extra {
 		envs[k] = v
 	}
-	api, err := startServer(ctx, filepath.Join(e.cfg.BinDir, "api"), envs, "http://"+apiAddr+"/healthz", "serve")
+	api, err = startServer(ctx, filepath.Join(e.cfg.BinDir, "api"), envs, "http://"+apiAddr+"/healthz", "serve")
 	if err != nil {
 		psp.stop()
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	return "http://" + apiAddr, func() { api.stop(); psp.stop() }, nil
+	return "http://" + apiAddr, api, func() { api.stop(); psp.stop() }, nil
 }

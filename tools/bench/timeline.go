@@ -3,10 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"path/filepath"
 
-	"github.com/phasepay/phasepay/tools/procs"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // What the request timeline costs new charges (migrations/00022): the
@@ -20,15 +18,10 @@ import (
 // process and of the database's backends is measured beside it, since on
 // a machine other work shares it moves far less than throughput does.
 
-// TimelineCost is one level's comparison.
+// TimelineCost is one level's comparison. Its CPU per charge (Overhead's
+// OnCPU, OffCPU and CPUCost) is measured beside the throughput.
 type TimelineCost struct {
 	Overhead
-	// OnCPU and OffCPU are the CPU per new charge of the api process and
-	// of the database's backends, in milliseconds; CPUCost is 1 − off ÷ on
-	// of their sum.
-	OnCPU   StackCPU `json:"on_cpu"`
-	OffCPU  StackCPU `json:"off_cpu"`
-	CPUCost float64  `json:"cpu_cost"`
 }
 
 // StackCPU is the CPU per request of an api and its database.
@@ -39,80 +32,49 @@ type StackCPU struct {
 
 func (c StackCPU) total() float64 { return c.API + c.Database }
 
-// timelineCost measures new charges with the timeline on and off.
+// timelineCost measures new charges with the timeline on and off, in
+// pairs of arms taking turns, each on a fresh database (arms.go).
 func (e *env) timelineCost(ctx context.Context, res *Results) error {
-	pspURL, psp, err := e.startPSP(ctx)
-	if err != nil {
-		return err
+	side := func(name, timeline string, check func(ctx context.Context, pool *pgxpool.Pool) error) arm {
+		a := e.stackArm(name, map[string]string{"TIMELINE": timeline})
+		a.check = check
+		return a
 	}
-	defer psp.stop()
-	start := func(timeline string) (string, *server, error) {
-		addr, err := procs.FreeAddr()
-		if err != nil {
-			return "", nil, err
+	// A comparison of nothing is no measurement: each on arm recorded
+	// timelines and each off arm none.
+	counts := func(ctx context.Context, pool *pgxpool.Pool, prefix string) (with, without int64, err error) {
+		err = pool.QueryRow(ctx, `
+			SELECT count(*) FILTER (WHERE timeline IS NOT NULL), count(*) FILTER (WHERE timeline IS NULL)
+			  FROM idempotency_keys WHERE key LIKE $1`, prefix+"-%").Scan(&with, &without)
+		return with, without, err
+	}
+	on := side("timeline-on", "on", func(ctx context.Context, pool *pgxpool.Pool) error {
+		with, without, err := counts(ctx, pool, "timeline-on")
+		if err == nil && (with == 0 || without > 0) {
+			err = fmt.Errorf("timeline on recorded %d keys and missed %d: the measurement would be of nothing", with, without)
 		}
-		api, err := startServer(ctx, filepath.Join(e.cfg.BinDir, "api"),
-			map[string]string{"DATABASE_URL": e.dbURL, "API_ADDR": addr, "PSP_URL": pspURL, "TIMELINE": timeline},
-			"http://"+addr+"/healthz", "serve")
-		return "http://" + addr, api, err
-	}
-	onBase, onAPI, err := start("on")
-	if err != nil {
 		return err
-	}
-	defer onAPI.stop()
-	offBase, offAPI, err := start("off")
-	if err != nil {
-		return err
-	}
-	defer offAPI.stop()
-
-	measure := func(base string, api *server, prefix string, c int) func(rep int) LoadResult {
-		return func(rep int) LoadResult {
-			before := processTicks(api.cmd.Process.Pid)
-			r := e.costed(ctx, func() LoadResult {
-				return load(ctx, e.hc, base, e.apiKey, c, e.cfg.Duration, http.StatusCreated, func(w, i int) request {
-					return request{keyf("%s-%d-%d-%d-%d", prefix, c, rep, w, i), []byte(visa)}
-				}, nil)
-			})
-			if r.CPU != nil && r.Requests > 0 {
-				// The api's CPU per request rides in Machine's place: what
-				// this step compares is the api's and the database's.
-				r.CPU.Machine = procs.TicksToMillis(processTicks(api.cmd.Process.Pid)-before) / float64(r.Requests)
-			}
-			return r
+	})
+	off := side("timeline-off", "off", func(ctx context.Context, pool *pgxpool.Pool) error {
+		with, _, err := counts(ctx, pool, "timeline-off")
+		if err == nil && with > 0 {
+			err = fmt.Errorf("timeline off recorded %d keys: the measurement would be of nothing", with)
 		}
-	}
+		return err
+	})
 	for _, c := range e.cfg.Levels {
 		if c == 1 && len(e.cfg.Levels) > 1 {
 			continue
 		}
-		// A 3% target is within one run's noise here: at least three runs
-		// of each, alternating, and their medians.
-		on, off := alternate(max(e.cfg.Reps, 3), measure(onBase, onAPI, "timeline-on", c), measure(offBase, offAPI, "timeline-off", c))
-		tc := TimelineCost{
-			Overhead: Overhead{Clients: c, On: on, Off: off, Overhead: 1 - ratio(on.PerSec, off.PerSec)},
-			OnCPU:    stackCPU(on), OffCPU: stackCPU(off),
+		ons, offs, pairs, err := e.onOff(ctx, on, off, c, max(e.cfg.Reps, onOffPairs))
+		if err != nil {
+			return err
 		}
-		tc.CPUCost = 1 - ratio(tc.OffCPU.total(), tc.OnCPU.total())
+		tc := TimelineCost{Overhead: e.overhead(c, ons, offs, pairs)}
 		res.TimelineCost = append(res.TimelineCost, tc)
-		e.log("  %2d clients: timeline on %.0f/s, off %.0f/s: cost %.1f%%; CPU per charge (api + database) %.3f + %.3f against %.3f + %.3f ms: %.1f%%",
-			c, on.PerSec, off.PerSec, 100*tc.Overhead.Overhead, tc.OnCPU.API, tc.OnCPU.Database, tc.OffCPU.API, tc.OffCPU.Database, 100*tc.CPUCost)
-	}
-	// A comparison of nothing is no measurement: the on stack recorded
-	// timelines and the off stack none.
-	var recorded, unrecorded, offRecorded int64
-	err = e.pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE key LIKE 'timeline-on-%' AND timeline IS NOT NULL),
-		       count(*) FILTER (WHERE key LIKE 'timeline-on-%' AND timeline IS NULL),
-		       count(*) FILTER (WHERE key LIKE 'timeline-off-%' AND timeline IS NOT NULL)
-		  FROM idempotency_keys WHERE key LIKE 'timeline-%'`).Scan(&recorded, &unrecorded, &offRecorded)
-	switch {
-	case err != nil:
-		return fmt.Errorf("timeline check: %w", err)
-	case recorded == 0 || unrecorded > 0 || offRecorded > 0:
-		return fmt.Errorf("timeline on recorded %d keys and missed %d, off recorded %d: the measurement would be of nothing",
-			recorded, unrecorded, offRecorded)
+		e.log("  %2d clients: timeline on %.0f/s, off %.0f/s: cost %.1f%% (median of %d pairs, %.1f%% to %.1f%%); CPU per charge (api + database) %.3f + %.3f against %.3f + %.3f ms: %.1f%%",
+			c, tc.On.PerSec, tc.Off.PerSec, 100*tc.Overhead.Overhead, len(pairs.Costs), 100*pairs.Min, 100*pairs.Max,
+			tc.OnCPU.API, tc.OnCPU.Database, tc.OffCPU.API, tc.OffCPU.Database, 100*tc.CPUCost)
 	}
 	return nil
 }

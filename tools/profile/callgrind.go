@@ -271,7 +271,17 @@ func (s *stack) countRun(ctx context.Context, out string, v *variant, kind strin
 	}
 	base := "http://" + apiAddr
 	failed := func(what string, failed int) error {
-		return fmt.Errorf("%s: %d failed: %s", what, failed, procs.LastLines(api.LogText(), 5))
+		// The api's lines about what failed, else its last ones.
+		var bad []string
+		for _, line := range strings.Split(api.LogText(), "\n") {
+			if strings.Contains(line, `"msg":"request failed"`) || strings.Contains(line, `"level":"ERROR"`) {
+				bad = append(bad, line)
+			}
+		}
+		if len(bad) == 0 {
+			return fmt.Errorf("%s: %d failed: %s", what, failed, procs.LastLines(api.LogText(), 5))
+		}
+		return fmt.Errorf("%s: %d failed: %s", what, failed, strings.Join(bad[:min(len(bad), 5)], " | "))
 	}
 	if err := waitUpSlow(ctx, base+"/healthz"); err != nil {
 		api.Stop(30 * time.Second)

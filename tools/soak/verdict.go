@@ -29,6 +29,11 @@ type Limit struct {
 	// created a day at a time, and none is past retention within an hour
 	// of a fresh database), and never by a slope.
 	DayStep bool `json:"day_step,omitempty"`
+	// SawTop is the top of a series that saws under a periodic reset
+	// (autovacuum), or 0. A window shorter than the hour's holds a few of
+	// its teeth, whose slope says nothing: there the series is flat while
+	// every sample stays at or under SawTop, whatever its slope.
+	SawTop float64 `json:"saw_top,omitempty"`
 	// Why justifies the limit; it is printed with the verdict.
 	Why string `json:"why"`
 }
@@ -60,11 +65,16 @@ type Judgement struct {
 	// Slope is per hour, in the series' unit; Intercept at hour 0.
 	Slope     float64 `json:"slope_per_hour"`
 	Intercept float64 `json:"intercept"`
-	// Change is the last value in the window less the first.
+	// Change is the last value in the window less the first; Max the
+	// highest in it.
 	Change float64 `json:"change"`
+	Max    float64 `json:"max"`
 	// Allowed is the limit in the series' unit per hour (PerHour × Mean
-	// when relative), or the change allowed for a DayStep count.
+	// when relative, × Scale), or the change allowed for a DayStep count.
 	Allowed float64 `json:"allowed"`
+	// Scale is what the limit was multiplied by for a window shorter than
+	// the hour's (windowScale); 1 for an hour's run.
+	Scale   float64 `json:"limit_scale,omitempty"`
 	Verdict string  `json:"verdict"`
 }
 
@@ -91,6 +101,7 @@ func judge(points []Point, windowFrom float64, limit *Limit, start time.Time) Ju
 	if len(xs) > 0 {
 		j.Mean = stat.Mean(ys, nil)
 		j.Change = ys[len(ys)-1] - ys[0]
+		j.Max = slices.Max(ys)
 	}
 	if len(xs) >= 2 {
 		j.Intercept, j.Slope = stat.LinearRegression(xs, ys, nil, false)
@@ -112,8 +123,34 @@ func judge(points []Point, windowFrom float64, limit *Limit, start time.Time) Ju
 	if limit.Relative {
 		j.Allowed = limit.PerHour * math.Abs(j.Mean)
 	}
+	j.Scale = windowScale(xs[len(xs)-1] - xs[0])
+	j.Allowed *= j.Scale
+	if limit.SawTop > 0 && j.Scale > 1 {
+		j.Verdict = verdict(slices.Max(ys) <= limit.SawTop)
+		return j
+	}
 	j.Verdict = verdict(j.Slope <= j.Allowed)
 	return j
+}
+
+// fullWindow is the span of an hour's judged window, from its 16th
+// minute's sample to its 60th: the span the limits were set for.
+const fullWindow = 44.0 / 60
+
+// windowScale is what a limit is multiplied by for a window of span hours:
+// 1 from fullWindow on, else fullWindow ÷ span.
+//
+// A short run may rise within its window by what the hour allows over its
+// own. A slope fitted over minutes is mostly noise (its error grows as the
+// span to the power −1.5): the 8 samples of a 10-minute run read a backlog
+// wandering between 1 and 40, or a p99 of a few slow answers, as a climb.
+// Its window also holds what fills once, such as each api's 8 MiB of key
+// hints becoming resident page by page. A real leak still fails the hour.
+func windowScale(span float64) float64 {
+	if span <= 0 || span >= fullWindow-1e-9 {
+		return 1
+	}
+	return fullWindow / span
 }
 
 func verdict(flat bool) string {
@@ -150,6 +187,10 @@ func (j Judgement) describe(unit string, limit *Limit) string {
 		return fmt.Sprintf("slope %+.3g %s/h (mean %.4g)", j.Slope, unit, j.Mean)
 	case limit.DayStep:
 		return fmt.Sprintf("change %+.0f (allowed %.0f) over the window", j.Change, j.Allowed)
+	case limit.SawTop > 0 && j.Scale > 1:
+		return fmt.Sprintf("at most %.3g %s in a short window, saw top %.3g (slope %+.3g %s/h)", j.Max, unit, limit.SawTop, j.Slope, unit)
+	case j.Scale > 1:
+		return fmt.Sprintf("slope %+.3g %s/h, limit %.3g %s/h (%.1f× the hour's, for a short window; mean %.4g)", j.Slope, unit, j.Allowed, unit, j.Scale, j.Mean)
 	default:
 		return fmt.Sprintf("slope %+.3g %s/h, limit %.3g %s/h (mean %.4g)", j.Slope, unit, j.Allowed, unit, j.Mean)
 	}

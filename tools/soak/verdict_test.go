@@ -62,6 +62,53 @@ func TestWarmUpIsNotJudged(t *testing.T) {
 	require.Equal(t, VerdictClimbing, judge(warm, 0, limitRSS, t0).Verdict)
 }
 
+// tenMinutesOf is a 10-minute run's per-minute samples, as hourOf.
+func tenMinutesOf(f func(h float64) float64, noise float64) []Point {
+	return hourOf(f, noise)[:10]
+}
+
+// A 10-minute run is judged from its 3rd minute, over a window of 7: its
+// limits are scaled to the hour's window, so that a backlog wandering
+// between 1 and 40, or a heap still settling, is flat, while a leak the
+// short run can see is not. An hour's window keeps the limits as written.
+func TestShortWindowScalesTheLimit(t *testing.T) {
+	t.Parallel()
+	var at []float64
+	for _, p := range tenMinutesOf(func(float64) float64 { return 0 }, 0) {
+		at = append(at, p.Hours)
+	}
+	from := windowStart(at, 0.75)
+	require.InDelta(t, 3.0/60, from, 1e-9)
+
+	backlog := judge(tenMinutesOf(func(float64) float64 { return 20 }, 20), from, limitBacklog, t0)
+	require.Equal(t, VerdictFlat, backlog.Verdict, "%+v", backlog)
+	require.InDelta(t, 44.0/7, backlog.Scale, 1e-9)
+
+	settling := judge(tenMinutesOf(func(h float64) float64 { return 44 + 30*h }, 0.5), from, limitRSS, t0)
+	require.Equal(t, VerdictFlat, settling.Verdict, "%+v", settling)
+	require.Greater(t, settling.Slope, limitRSS.PerHour, "climbing by the hour's limit as written")
+
+	leaking := judge(tenMinutesOf(func(h float64) float64 { return 44 + 240*h }, 0.5), from, limitRSS, t0)
+	require.Equal(t, VerdictClimbing, leaking.Verdict, "4 MiB a minute: %+v", leaking)
+
+	// A dead share sawing under autovacuum, judged over a few of its
+	// teeth, is flat while under the saw's top (the 10-minute run of
+	// 2026-12-07: refunds from the bottom of a tooth), and a held horizon
+	// is not.
+	saw := []float64{0.203, 0.183, 0.1, 0.068, 0.121, 0.152, 0.126, 0.15, 0.13, 0.125}
+	sawing := judge(tenMinutesOf(func(h float64) float64 { return saw[min(int(h*60+0.5), len(saw))-1] }, 0), from, limitDeadShare, t0)
+	require.Greater(t, sawing.Slope, sawing.Allowed, "a slope past even the scaled limit")
+	require.Equal(t, VerdictFlat, sawing.Verdict, "%+v", sawing)
+	held := judge(tenMinutesOf(func(h float64) float64 { return 0.1 + 0.4*min(h*6, 1) }, 0), from, limitDeadShare, t0)
+	require.Equal(t, VerdictClimbing, held.Verdict, "%+v", held)
+	hourSaw := judge(hourOf(func(h float64) float64 { return 0.1 + 0.2*h }, 0), window, limitDeadShare, t0)
+	require.Equal(t, VerdictClimbing, hourSaw.Verdict, "the hour judges the slope, under the saw's top too: %+v", hourSaw)
+
+	hour := judge(hourOf(func(float64) float64 { return 40 }, 4), window, limitRSS, t0)
+	require.InDelta(t, 1, hour.Scale, 0, "the hour's limits are as written")
+	require.InDelta(t, limitRSS.PerHour, hour.Allowed, 0)
+}
+
 // Limits are one-sided: a series that falls is flat.
 func TestFallingSeriesIsFlat(t *testing.T) {
 	t.Parallel()
