@@ -313,10 +313,11 @@ func TestRunStopsWhenCancelled(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	r := newReaper(t, b, 0)
+	r.TestSignals.Init(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	time.Sleep(100 * time.Millisecond)
+	require.NotNil(t, r.TestSignals.PassDone.WaitOrTimeout(), "the first pass failed")
 	cancel()
 	select {
 	case err := <-done:
