@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// sleepsAllowed is how many explained sleeps the service's tests may hold
-// (issue 36: River has 14 in 39 k lines).
+// sleepsAllowed is how many explained sleeps the service's tests may hold.
+// River's hold 14 in 39 k lines.
 const sleepsAllowed = 8
 
 // sleepReason is how the line above a time.Sleep in a test begins.
