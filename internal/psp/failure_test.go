@@ -3,6 +3,7 @@ package psp_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -96,6 +97,9 @@ func TestLastErrorNamesNoInternalAddress(t *testing.T) {
 				client = setupClient(t, mockpsp.Config{}, tt.cfg, func(_ int, w http.ResponseWriter, r *http.Request) bool {
 					switch {
 					case r.Method == http.MethodPost && tt.hang:
+						// Read to the end: only then does the server see the
+						// client hang up, and cancel r's context.
+						_, _ = io.Copy(io.Discard, r.Body)
 						<-r.Context().Done()
 						return true
 					case r.Method == http.MethodPost && tt.post != nil:
