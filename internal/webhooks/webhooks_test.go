@@ -22,13 +22,10 @@ import (
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
 
+// Every reaper, deliverer, pool, server and client a test starts is
+// stopped by its cleanups, so nothing needs ignoring here.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 type bundle struct {
