@@ -153,10 +153,10 @@ func statementsForgotten(t *testing.T, change func(ctx context.Context, b *testB
 	defer stop()
 	testsignal.WaitFor(t, 10*time.Second, load.everyWorkerLived, "a worker never ran a whole payment")
 	change(t.Context(), b, m)
-	// sleep: load by the clock, so that every connection the change touched is used again (nothing tells which one the pool hands out next).
+	// sleep: load until every connection the change touched is used again; nothing signals which.
 	time.Sleep(1500 * time.Millisecond)
 	load.mark()
-	// sleep: load by the clock after the mark, long enough to reach every connection again.
+	// sleep: load after the mark, long enough to reach every connection again.
 	time.Sleep(1500 * time.Millisecond)
 	stop()
 	load.requireRecovered(t)
@@ -193,7 +193,7 @@ func TestDiscardAllOnLiveConnectionsRecovers(t *testing.T) {
 				seen[c] = true
 			}
 			return len(seen) >= 4
-		}, "fewer than 4 of the api's connections discarded: %d", len(seen))
+		}, "fewer than 4 of the api's connections discarded")
 	})
 }
 

@@ -393,7 +393,7 @@ func TestHeartbeatKeepsLeaseAlive(t *testing.T) {
 		lease.Heartbeat(hbCtx, b.pool, func(err error) { t.Errorf("lease lost: %v", err) })
 	}()
 
-	// sleep: 2.5 leases by the real clock, which decides both the lease and the heartbeat's ticks.
+	// sleep: 2.5 leases by the real clock, which runs both the lease and the heartbeat.
 	time.Sleep(2500 * time.Millisecond)
 	seen, err := store.Lookup(ctx, b.pool, b.tenant, "hb")
 	require.NoError(t, err)
