@@ -375,7 +375,7 @@ func TestPSPUnavailableIs503AndResumes(t *testing.T) {
 	early := b.post(t, key, visaBody)
 	requireProblem(t, early, http.StatusServiceUnavailable, "psp_unavailable")
 	require.Empty(t, b.psp.Authorizations())
-	waitRetryAfter(t, early)
+	waitRetryAfter(t, b, key)
 	retry := b.post(t, key, visaBody)
 	require.Equal(t, http.StatusCreated, retry.status, "body: %s", retry.body)
 	require.Empty(t, retry.header.Values("Idempotent-Replayed"), "a resumed run is not a replay of a stored answer")
@@ -424,7 +424,7 @@ func TestLostPSPResponseNeverChargesTwice(t *testing.T) {
 	require.Equal(t, "charge_created", b.keyState(t, key).RecoveryPoint)
 
 	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{}))
-	waitRetryAfter(t, r)
+	waitRetryAfter(t, b, key)
 	retry := b.post(t, key, visaBody)
 	require.Equal(t, http.StatusCreated, retry.status, "body: %s", retry.body)
 	c := decodeCharge(t, retry.body)

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/phasepay/phasepay/internal/testsignal"
 	"github.com/phasepay/phasepay/internal/testutil/pgcluster"
 	"github.com/phasepay/phasepay/migrations"
 )
@@ -100,8 +102,13 @@ func TestAPIRidesOutDatabaseRestart(t *testing.T) {
 	// Restarted under a running api.
 	for i := range 2 {
 		require.NoError(t, c.Stop())
+		lost := strings.Count(logs.String(), "connection lost; changes unheard")
 		requireDown(fmt.Sprintf("restart-%d", i))
-		time.Sleep(2 * time.Second)
+		// The revocation listener has lost its connection and failed to
+		// make a new one.
+		testsignal.WaitFor(t, 10*time.Second, func() bool {
+			return strings.Count(logs.String(), "connection lost; changes unheard") >= lost+2
+		}, "the listener did not try again while the database was away")
 		require.NoError(t, c.Start(ctx))
 		requireServes(fmt.Sprintf("restart-%d", i))
 	}

@@ -105,7 +105,8 @@ func TestLastErrorNamesNoInternalAddress(t *testing.T) {
 			require.Equal(t, tt.words, *doc.LastError)
 
 			// Past GIVE_UP_AFTER, the next failed attempt gives it up.
-			waitRetryAfter(t, first)
+			waitDB(t, b, `SELECT next_attempt_at <= now() AND created_at <= now() - interval '1 second'
+  FROM idempotency_keys WHERE key = $1`, key)
 			given := b.post(t, key, visaBody)
 			requireProblem(t, given, http.StatusServiceUnavailable, "payment_unresolved")
 			requireClean(t, "503 unresolved", given.body)

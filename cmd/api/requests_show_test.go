@@ -28,7 +28,7 @@ func TestRequestsShowPrintsTheTimeline(t *testing.T) {
 	first := b.post(t, key, visaBody)
 	requireProblem(t, first, http.StatusServiceUnavailable, "psp_unavailable")
 	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{}))
-	waitRetryAfter(t, first)
+	waitRetryAfter(t, b, key)
 	require.Equal(t, http.StatusCreated, b.post(t, key, visaBody).status)
 
 	code, out, errOut := b.cli(t, "embedded", "requests", "show", "acme", key)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testsignal"
 )
 
 // How requests that do not finish by themselves are seen and settled: the
@@ -66,12 +67,22 @@ func (b *testBundle) getKey(t *testing.T, key string) (int, keyDoc) {
 	return status, doc
 }
 
-// waitRetryAfter sleeps out a 503's Retry-After, as a client must.
-func waitRetryAfter(t *testing.T, r response) {
+// waitRetryAfter waits out a 503's Retry-After, as a client must: until
+// key's next attempt is due by the database's clock, which decides it (the
+// header rounds it up to whole seconds).
+func waitRetryAfter(t *testing.T, b *testBundle, key string) {
 	t.Helper()
-	secs, err := strconv.Atoi(r.header.Get("Retry-After"))
-	require.NoError(t, err)
-	time.Sleep(time.Duration(secs)*time.Second + 100*time.Millisecond)
+	waitDB(t, b, `SELECT next_attempt_at <= now() FROM idempotency_keys WHERE key = $1`, key)
+}
+
+// waitDB waits until the query, given args, answers true.
+func waitDB(t *testing.T, b *testBundle, query string, args ...any) {
+	t.Helper()
+	testsignal.WaitFor(t, 10*time.Second, func() bool {
+		var ok bool
+		require.NoError(t, b.pool.QueryRow(t.Context(), query, args...).Scan(&ok))
+		return ok
+	}, "never true: %s", query)
 }
 
 // A PSP outage answers 503 with the time the key's next attempt is due; a
@@ -104,7 +115,7 @@ func TestPSPOutageAnswersRetryAfterUntilDue(t *testing.T) {
 	require.Equal(t, p.Charge, ep.Charge)
 	require.Len(t, b.psp.Requests(), requests, "not due: the PSP is not called")
 
-	waitRetryAfter(t, early)
+	waitRetryAfter(t, b, key)
 	done := b.post(t, key, visaBody)
 	require.Equal(t, http.StatusCreated, done.status, "body: %s", done.body)
 	require.Equal(t, p.Charge, decodeCharge(t, done.body).ID)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/phasepay/phasepay/internal/testsignal"
 	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
@@ -31,12 +32,14 @@ type statementLoad struct {
 	failures []string
 	marked   atomic.Bool
 	seq      atomic.Int64
+	// lived counts each worker's payments that ran every step.
+	lived map[int]int
 }
 
 // startStatementLoad runs the load until the returned stop is called.
 func startStatementLoad(t *testing.T, b *testBundle, workers int) (*statementLoad, func()) {
 	t.Helper()
-	l := &statementLoad{b: b, workers: workers, before: map[int]int{}, after: map[int]int{}}
+	l := &statementLoad{b: b, workers: workers, before: map[int]int{}, after: map[int]int{}, lived: map[int]int{}}
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -102,7 +105,19 @@ func (l *statementLoad) life(ctx context.Context, worker int) {
 		return
 	}
 	r, err = l.b.send(ctx, http.MethodGet, "/v1/charges/"+c.ID, nil, nil, false)
-	l.record(ctx, "read", r, err)
+	if l.record(ctx, "read", r, err) {
+		l.mu.Lock()
+		l.lived[worker]++
+		l.mu.Unlock()
+	}
+}
+
+// everyWorkerLived reports whether every worker has run a whole payment,
+// so has prepared every statement of one on its connections.
+func (l *statementLoad) everyWorkerLived() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.lived) == l.workers
 }
 
 // requireRecovered checks the pitfall's two promises: no answer but a 2xx
@@ -136,12 +151,12 @@ func statementsForgotten(t *testing.T, change func(ctx context.Context, b *testB
 	})
 	load, stop := startStatementLoad(t, b, 6)
 	defer stop()
-	time.Sleep(500 * time.Millisecond) // every worker has prepared its statements
+	testsignal.WaitFor(t, 10*time.Second, load.everyWorkerLived, "a worker never ran a whole payment")
 	change(t.Context(), b, m)
-	// Every connection the change touched is used again within this
-	// (the load keeps more connections busy than it has workers).
+	// sleep: load until every connection the change touched is used again; nothing signals which.
 	time.Sleep(1500 * time.Millisecond)
 	load.mark()
+	// sleep: load after the mark, long enough to reach every connection again.
 	time.Sleep(1500 * time.Millisecond)
 	stop()
 	load.requireRecovered(t)
@@ -173,13 +188,12 @@ func TestDiscardAllOnLiveConnectionsRecovers(t *testing.T) {
 	statementsForgotten(t, func(ctx context.Context, b *testBundle, m *Main) {
 		// Every connection the load uses, as it comes idle.
 		seen := map[*pgx.Conn]bool{}
-		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		testsignal.WaitFor(t, 10*time.Second, func() bool {
 			for _, c := range discardAll(ctx, t, m) {
 				seen[c] = true
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		require.GreaterOrEqual(t, len(seen), 2, "connections of the api discarded")
+			return len(seen) >= 4
+		}, "fewer than 4 of the api's connections discarded")
 	})
 }
 

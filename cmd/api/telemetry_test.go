@@ -24,7 +24,7 @@ func TestMetricsExposeEveryOutcome(t *testing.T) {
 	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{ErrorRate: 1}))
 	outage := b.post(t, "m-2", visa)
 	require.Equal(t, http.StatusServiceUnavailable, outage.status)
-	waitRetryAfter(t, outage) // the released key's next attempt is due
+	waitRetryAfter(t, b, "m-2") // the released key's next attempt is due
 	require.NoError(t, b.psp.SetFaults(mockpsp.Faults{LatencyMS: 500}))
 	slow := b.postAsync(t, "m-2", visa)                                  // takeover of the released key
 	b.waitAuthorizing(t, 2)                                              // m-1's, then m-2's: the takeover is inside its PSP call

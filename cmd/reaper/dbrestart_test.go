@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/phasepay/phasepay/internal/phases/phasestest"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testsignal"
 	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 	"github.com/phasepay/phasepay/internal/testutil/pgcluster"
 	"github.com/phasepay/phasepay/migrations"
@@ -116,8 +118,10 @@ func TestReaperRidesOutDatabaseRestart(t *testing.T) {
 
 	// Restarted under a running reaper.
 	for i := 1; i <= 2; i++ {
+		failed := strings.Count(logs.String(), "database unavailable")
 		require.NoError(t, c.Stop())
-		time.Sleep(2 * time.Second)
+		testsignal.WaitFor(t, 10*time.Second, func() bool { return strings.Count(logs.String(), "database unavailable") > failed+1 },
+			"no pass failed while the database was away")
 		require.NoError(t, c.Start(ctx))
 		key := fmt.Sprintf("k%d", i)
 		abandon(key)

@@ -14,11 +14,10 @@ import (
 	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
+// Every reaper, deliverer, pool, server and client a test starts is
+// stopped by its cleanups, so nothing needs ignoring here.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/events"
+	"github.com/phasepay/phasepay/internal/testsignal"
 	"github.com/phasepay/phasepay/internal/testutil/testdb"
 	"github.com/phasepay/phasepay/internal/webhooks"
 )
@@ -49,7 +50,13 @@ func TestReaperDeliversWebhooksPromptly(t *testing.T) {
 		require.NoError(t, <-done)
 	}()
 	require.Eventually(t, func() bool { return m.MetricsAddr() != "" }, 10*time.Second, 10*time.Millisecond)
-	time.Sleep(200 * time.Millisecond) // the reaper is past its start
+	// The deliverer listens: an event committed from here on wakes it.
+	testsignal.WaitFor(t, 10*time.Second, func() bool {
+		var listening bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) = 1 FROM pg_stat_activity
+ WHERE datname = current_database() AND application_name = $1 AND query LIKE 'LISTEN %'`, WebhookListenerApplicationName).Scan(&listening))
+		return listening
+	}, "the webhook deliverer never listened")
 
 	ev, err := events.Write(ctx, pool, tenant, events.ChargeAuthorized, []byte(`{"id":"ch_1"}`))
 	require.NoError(t, err)

@@ -83,6 +83,7 @@ func TestDatabaseLostAfterPSPAnsweredKeepsNoLease(t *testing.T) {
 	require.True(t, dbstate.Unavailable(err), "%v", err)
 	require.Less(t, time.Since(start), 5*time.Second, "no request hangs on a dead database")
 
+	// sleep: the database stays away a while, as in a restart; its release's retries signal nothing.
 	time.Sleep(time.Second)
 	require.NoError(t, c.Start(ctx))
 	released := time.Now()

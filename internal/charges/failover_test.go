@@ -85,10 +85,19 @@ func (b *failoverBundle) standby() string {
 // a service of its own (closed after), as an api process would.
 func (b *failoverBundle) create(dbURL, key, body string) phases.Result {
 	b.t.Helper()
+	return b.createAt(dbURL, key, body, time.Time{})
+}
+
+// createAt is create with the database clock at clock (zero: the real one).
+func (b *failoverBundle) createAt(dbURL, key, body string, clock time.Time) phases.Result {
+	b.t.Helper()
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	require.NoError(b.t, err)
 	dbpool.ConfigurePool(cfg, dbURL)
+	if !clock.IsZero() {
+		cfg.ConnConfig.RuntimeParams["phasepay.now"] = clock.UTC().Format(time.RFC3339Nano)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(b.t, err)
 	defer pool.Close()
@@ -148,10 +157,9 @@ func TestAnswerLostInFailoverIsNotReplayed(t *testing.T) {
 
 	first := b.create(b.primary, "order-1", visaBody)
 	require.Equal(t, http.StatusCreated, first.Response.Status)
-	// A failover takes seconds, and the answer's created_at counts them.
-	time.Sleep(1100 * time.Millisecond)
-
-	retry := b.create(standby, "order-1", visaBody)
+	// A failover takes seconds, and the answer's created_at counts them:
+	// the promoted standby's clock stands a few seconds later.
+	retry := b.createAt(standby, "order-1", visaBody, time.Now().Add(3*time.Second))
 	require.Equal(t, phases.OutcomeNew, retry.Outcome, "a replay needs the stored answer, which the promotion lost")
 	require.Equal(t, chargeID(t, first.Response), chargeID(t, retry.Response))
 	require.NotEqual(t, string(first.Response.Body), string(retry.Response.Body),

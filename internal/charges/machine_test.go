@@ -18,13 +18,10 @@ import (
 	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
+// Every pool, server and client a test starts is stopped by its
+// cleanups, so nothing needs ignoring here.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// pgxpool's health checker and net/http's idle connections outlive
-		// a test by a tick; they belong to pools and clients the tests close.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 func setup(t *testing.T) *chargestest.Bundle {

@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/phasepay/phasepay/internal/testsignal"
 )
 
 // Defaults of Config.
@@ -101,6 +103,50 @@ type Listener struct {
 	// failed; firstErr is its failure.
 	firstTry chan struct{}
 	firstErr error
+
+	// TestSignals are no-ops until a test calls their Init, before Start.
+	TestSignals TestSignals
+}
+
+// TestSignals are the points of a Listener's work a test may wait on.
+type TestSignals struct {
+	// Hearing fires each time the listener starts hearing every change.
+	Hearing testsignal.Signal[struct{}]
+	// Deaf fires each time changes may start going unheard.
+	Deaf testsignal.Signal[struct{}]
+	// Notified carries each payload once OnNotify has returned.
+	Notified testsignal.Signal[string]
+	// Polled fires after each poll, successful or not.
+	Polled testsignal.Signal[struct{}]
+	// HealthChecked carries the outcome of each ping of a quiet connection.
+	HealthChecked testsignal.Signal[error]
+}
+
+// Init arms every signal for t.
+func (ts *TestSignals) Init(t testsignal.TB) {
+	ts.Hearing.Init(t)
+	ts.Deaf.Init(t)
+	ts.Notified.Init(t)
+	ts.Polled.Init(t)
+	ts.HealthChecked.Init(t)
+}
+
+// hearing calls OnHearing and signals it.
+func (l *Listener) hearing() {
+	l.cfg.OnHearing()
+	l.TestSignals.Hearing.Signal(struct{}{})
+}
+
+// deaf calls OnDeaf and signals it.
+func (l *Listener) deaf() {
+	l.cfg.OnDeaf()
+	l.TestSignals.Deaf.Signal(struct{}{})
+}
+
+// notify calls OnNotify and signals it.
+func (l *Listener) notify(payload string) {
+	l.cfg.OnNotify(payload)
+	l.TestSignals.Notified.Signal(payload)
 }
 
 // New validates cfg, fills its defaults and returns a Listener; Start
@@ -147,7 +193,7 @@ func (l *Listener) Start(ctx context.Context) error {
 	go func() {
 		defer close(l.done)
 		// Stopped: nothing is heard any more.
-		defer l.cfg.OnDeaf()
+		defer l.deaf()
 		if l.Polling() {
 			l.poll(ctx)
 		} else {
@@ -216,18 +262,19 @@ func (l *Listener) poll(ctx context.Context) {
 				l.log.Warn(l.cfg.Name+": poll failed; changes unheard until one succeeds", "error", err.Error())
 			}
 			hearing = false
-			l.cfg.OnDeaf()
+			l.deaf()
 		default:
 			if !hearing {
 				hearing = true
-				l.cfg.OnHearing()
+				l.hearing()
 				l.log.Info(l.cfg.Name+": polling (no direct connection to LISTEN on)", "interval", l.cfg.PollInterval.String())
 			}
 			l.firstTried(nil)
 			for _, p := range payloads {
-				l.cfg.OnNotify(p)
+				l.notify(p)
 			}
 		}
+		l.TestSignals.Polled.Signal(struct{}{})
 		select {
 		case <-ctx.Done():
 			return
@@ -251,7 +298,7 @@ func (l *Listener) listenLoop(ctx context.Context) {
 		began := time.Now()
 		up, err := l.listen(ctx)
 		l.firstTried(err)
-		l.cfg.OnDeaf()
+		l.deaf()
 		if ctx.Err() != nil {
 			return
 		}
@@ -292,7 +339,7 @@ func (l *Listener) listen(ctx context.Context) (up bool, err error) {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.cfg.Channel}.Sanitize()); err != nil {
 		return false, fmt.Errorf("listen: %w", err)
 	}
-	l.cfg.OnHearing()
+	l.hearing()
 	l.firstTried(nil)
 	l.log.Info(l.cfg.Name+": listening", "channel", l.cfg.Channel)
 	for {
@@ -301,7 +348,7 @@ func (l *Listener) listen(ctx context.Context) (up bool, err error) {
 		cancel()
 		switch {
 		case err == nil:
-			l.cfg.OnNotify(n.Payload)
+			l.notify(n.Payload)
 		case ctx.Err() != nil:
 			return true, ctx.Err()
 		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
@@ -310,6 +357,7 @@ func (l *Listener) listen(ctx context.Context) (up bool, err error) {
 			pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
 			err := conn.Ping(pingCtx)
 			cancel()
+			l.TestSignals.HealthChecked.Signal(err)
 			if err != nil {
 				return true, fmt.Errorf("ping: %w", err)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/phasepay/phasepay/internal/dbpool"
 	"github.com/phasepay/phasepay/internal/dbstate"
 	"github.com/phasepay/phasepay/internal/telemetry"
+	"github.com/phasepay/phasepay/internal/testsignal"
 	"github.com/phasepay/phasepay/internal/testutil/pgcluster"
 )
 
@@ -45,6 +46,17 @@ func TestPoolLeavesANodeThatBecameReadOnly(t *testing.T) {
 		require.NoError(t, err)
 		_, err = conn.Exec(ctx, "SELECT pg_reload_conf()")
 		require.NoError(t, err)
+		// The postmaster reloads, then signals every backend to: a new
+		// session sees the setting once the postmaster has it, and every
+		// idle backend applies it before its next statement.
+		testsignal.WaitFor(t, 10*time.Second, func() bool {
+			fresh, err := pgx.Connect(ctx, c.URL("postgres"))
+			require.NoError(t, err)
+			defer fresh.Close(ctx)
+			var got string
+			require.NoError(t, fresh.QueryRow(ctx, "SHOW default_transaction_read_only").Scan(&got))
+			return got == on
+		}, "default_transaction_read_only never became %s", on)
 	}
 	for _, c := range []*pgcluster.Cluster{a, b} {
 		url, err := c.CreateDatabase(ctx, "follow")
@@ -79,7 +91,6 @@ func TestPoolLeavesANodeThatBecameReadOnly(t *testing.T) {
 	// The failover: a takes no more writes, b does.
 	setReadOnly(b, "off")
 	setReadOnly(a, "on")
-	time.Sleep(200 * time.Millisecond) // the reload reaches every backend
 
 	var failures int
 	for i := range 3 * held {

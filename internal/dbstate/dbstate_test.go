@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/dbstate"
+	"github.com/phasepay/phasepay/internal/testsignal"
 	"github.com/phasepay/phasepay/internal/testutil/pgcluster"
 	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
@@ -106,12 +107,17 @@ $$ BEGIN PERFORM pg_sleep(0.5); RETURN QUERY SELECT * FROM stale; END $$`)
 	require.True(t, dbstate.Unavailable(err), "%v", err)
 
 	// A function's row type grown under a call in flight.
+	pid := conn.PgConn().PID()
 	done := make(chan error, 1)
 	go func() {
 		_, err := conn.Exec(ctx, `SELECT a FROM stale_rows()`, pgx.QueryExecModeSimpleProtocol)
 		done <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	testsignal.WaitFor(t, 10*time.Second, func() bool {
+		var sleeping bool
+		require.NoError(t, other.QueryRow(ctx, `SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'PgSleep'`, pid).Scan(&sleeping))
+		return sleeping
+	}, "the call never reached its pg_sleep")
 	_, err = other.Exec(ctx, `ALTER TABLE stale ADD COLUMN c int`)
 	require.NoError(t, err)
 	err = <-done

@@ -17,11 +17,10 @@ import (
 	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
 
+// Every pool, server and client a test starts is stopped by its
+// cleanups, so nothing needs ignoring here.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 func newTenant(t *testing.T, pool *pgxpool.Pool, name string) int64 {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/phasepay/phasepay/internal/psp/mockpsp"
+	"github.com/phasepay/phasepay/internal/testsignal"
 )
 
 // timelineReply is GET /v1/idempotency_keys/{key}/timeline's body, each
@@ -59,7 +60,12 @@ func TestTenantTimelineShowsNoInternals(t *testing.T) {
 
 	// It comes back; the retry, once due, finishes the charge.
 	require.NoError(t, b.mock.SetFaults(mockpsp.Faults{}))
-	time.Sleep(1300 * time.Millisecond) // RETRY_BASE 1s, +25% jitter
+	testsignal.WaitFor(t, 5*time.Second, func() bool { // RETRY_BASE 1s, ±25% jitter
+		var due bool
+		require.NoError(t, b.pool.QueryRow(t.Context(),
+			`SELECT next_attempt_at <= phasepay_now() FROM idempotency_keys WHERE key = 'order-1'`).Scan(&due))
+		return due
+	}, "the retry never came due")
 	requireStatus(t, b.do(t, http.MethodPost, "/v1/charges", "order-1", charge), http.StatusCreated, "")
 
 	r, tl := b.timeline(t, "order-1")

@@ -393,7 +393,8 @@ func TestHeartbeatKeepsLeaseAlive(t *testing.T) {
 		lease.Heartbeat(hbCtx, b.pool, func(err error) { t.Errorf("lease lost: %v", err) })
 	}()
 
-	time.Sleep(2500 * time.Millisecond) // 2.5 leases
+	// sleep: 2.5 leases by the real clock, which runs both the lease and the heartbeat.
+	time.Sleep(2500 * time.Millisecond)
 	seen, err := store.Lookup(ctx, b.pool, b.tenant, "hb")
 	require.NoError(t, err)
 	require.True(t, seen.Leased, "heartbeat should have kept the lease")

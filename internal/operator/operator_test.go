@@ -19,11 +19,10 @@ import (
 	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 )
 
+// Every pool, server and client a test starts is stopped by its
+// cleanups, so nothing needs ignoring here.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 const visa = `{"amount": 1000, "currency": "usd", "payment_method": "pm_card_visa"}`

@@ -3,6 +3,7 @@ package psp_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -48,6 +49,8 @@ func TestLastErrorNamesNoInternalAddress(t *testing.T) {
 		name string
 		// post answers the authorization; nil: the mock does.
 		post func(w http.ResponseWriter)
+		// hang: authorizations are answered only once the client gives up.
+		hang bool
 		// lookups answered 503 with internalBody.
 		failLookups bool
 		// unreachable: nothing listens at the base URL.
@@ -61,7 +64,7 @@ func TestLastErrorNamesNoInternalAddress(t *testing.T) {
 			raw: "psp-core.internal.corp"},
 		{name: "LookupAnswered503", post: answer(503, internalBody), failLookups: true, words: "PSP answered 503",
 			raw: "10.0.0.53"},
-		{name: "TimedOut", post: func(http.ResponseWriter) { time.Sleep(300 * time.Millisecond) },
+		{name: "TimedOut", hang: true,
 			cfg: psp.ClientConfig{AttemptTimeout: 50 * time.Millisecond, MaxAttempts: 1}, words: psp.ReasonTimedOut,
 			raw: "deadline exceeded"},
 		{name: "ConnectionLost", post: func(w http.ResponseWriter) {
@@ -93,6 +96,12 @@ func TestLastErrorNamesNoInternalAddress(t *testing.T) {
 			} else {
 				client = setupClient(t, mockpsp.Config{}, tt.cfg, func(_ int, w http.ResponseWriter, r *http.Request) bool {
 					switch {
+					case r.Method == http.MethodPost && tt.hang:
+						// Read to the end: only then does the server see the
+						// client hang up, and cancel r's context.
+						_, _ = io.Copy(io.Discard, r.Body)
+						<-r.Context().Done()
+						return true
 					case r.Method == http.MethodPost && tt.post != nil:
 						tt.post(w)
 						return true

@@ -17,6 +17,7 @@ import (
 	"github.com/phasepay/phasepay/internal/phases"
 	"github.com/phasepay/phasepay/internal/psp"
 	"github.com/phasepay/phasepay/internal/reaper"
+	"github.com/phasepay/phasepay/internal/testsignal"
 	"github.com/phasepay/phasepay/internal/testutil/chargestest"
 	"github.com/phasepay/phasepay/internal/testutil/testdb"
 )
@@ -39,6 +40,7 @@ func newSlowPSP(t *testing.T, mock http.Handler, delay time.Duration) (*slowPSP,
 			s.mu.Unlock()
 		}
 		if !strings.HasPrefix(r.URL.Path, "/_admin") {
+			// sleep: the PSP must be slow by the real clock the leases run out on.
 			time.Sleep(delay)
 		}
 		mock.ServeHTTP(w, r)
@@ -64,50 +66,46 @@ func TestReaperLeasesOnlyWhatItDrives(t *testing.T) {
 	for i := range n {
 		abandon(t, b, fmt.Sprintf("k%02d", i), false, phases.CrashAfterClaim)
 	}
-	time.Sleep(1100 * time.Millisecond) // the abandoned leases run out (real clock from here on)
+	// The abandoned leases run out: moved into the past, not waited out.
+	_, err := b.Pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE state = 'started'`)
+	require.NoError(t, err)
 
 	counter, client := newSlowPSP(t, b.Mock, 300*time.Millisecond)
-	var (
-		wg        sync.WaitGroup
-		mu        sync.Mutex
-		completed int
-	)
-	runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	var errs [2]error // each reaper's, asserted on this goroutine
-	for i := range errs {
-		pool := testdb.Pool(t, b.URL, time.Time{})
+	var reapers [2]*reaper.Reaper
+	for i := range reapers {
+		pool := testdb.Pool(t, b.URL, time.Time{}) // the real clock
 		svc := chargestest.NewService(t, pool, b.Keys, client, phases.Config{})
-		r, err := reaper.New(pool, b.Keys, svc, reaper.Config{BatchSize: n, Parallelism: 4})
+		r, err := reaper.New(pool, b.Keys, svc, reaper.Config{BatchSize: n, Parallelism: 4, Interval: 50 * time.Millisecond})
 		require.NoError(t, err)
-		wg.Go(func() {
-			for runCtx.Err() == nil {
-				res, err := r.RunOnce(runCtx)
-				if runCtx.Err() != nil {
-					return
-				}
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				mu.Lock()
-				completed += res.Completed
-				mu.Unlock()
-				var started int
-				if err := b.Pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE state = 'started'`).Scan(&started); err != nil {
-					errs[i] = err
-					return
-				}
-				if started == 0 {
-					return
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-		})
+		r.TestSignals.Init(t)
+		reapers[i] = r
 	}
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errs := make([]error, len(reapers)) // each reaper's, asserted on this goroutine
+	for i, r := range reapers {
+		wg.Go(func() { errs[i] = r.Run(runCtx) })
+	}
+	testsignal.WaitFor(t, 30*time.Second, func() bool {
+		var started int
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE state = 'started'`).Scan(&started))
+		return started == 0
+	}, "the reapers did not finish the keys")
+	// Every pass that drove a key has ended by the first pass of each
+	// reaper to end from here on.
+	completed := 0
+	for _, r := range reapers {
+		for res, ok := r.TestSignals.PassDone.Next(); ok; res, ok = r.TestSignals.PassDone.Next() {
+			require.NotNil(t, res, "a pass failed")
+			completed += res.Completed
+		}
+		res := r.TestSignals.PassDone.WaitOrTimeout()
+		require.NotNil(t, res, "a pass failed")
+		completed += res.Completed
+	}
+	cancel()
 	wg.Wait()
-	require.NoError(t, errors.Join(errs[:]...))
-	require.NoError(t, runCtx.Err(), "the reapers did not finish the keys")
+	require.NoError(t, errors.Join(errs...))
 
 	for i := range n {
 		assertDoneOnce(t, b, fmt.Sprintf("k%02d", i))

@@ -18,6 +18,7 @@ import (
 	"github.com/phasepay/phasepay/internal/idempotency"
 	"github.com/phasepay/phasepay/internal/maintenance"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/testsignal"
 )
 
 // Defaults of Config.
@@ -94,6 +95,20 @@ type Reaper struct {
 	// background: releases of batch takeovers whose answer was lost
 	// (releaseLost).
 	background sync.WaitGroup
+
+	// TestSignals are no-ops until a test calls their Init, before Run.
+	TestSignals TestSignals
+}
+
+// TestSignals are the points of a Reaper's work a test may wait on.
+type TestSignals struct {
+	// PassDone carries the result of each pass of Run (nil if it failed).
+	PassDone testsignal.Signal[*PassResult]
+}
+
+// Init arms every signal for t.
+func (ts *TestSignals) Init(t testsignal.TB) {
+	ts.PassDone.Init(t)
 }
 
 // Resumer drives a taken-over key to done through the operation its
@@ -173,7 +188,11 @@ func (r *Reaper) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		_, err := r.RunOnce(ctx)
+		res, err := r.RunOnce(ctx)
+		if err != nil {
+			res = nil
+		}
+		r.TestSignals.PassDone.Signal(res)
 		switch {
 		case err == nil, errors.Is(err, context.Canceled):
 		case dbstate.Unavailable(err):

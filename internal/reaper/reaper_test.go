@@ -28,11 +28,10 @@ import (
 	"github.com/phasepay/phasepay/internal/timeline"
 )
 
+// Every reaper, deliverer, pool, server and client a test starts is
+// stopped by its cleanups, so nothing needs ignoring here.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 func setup(t *testing.T) *chargestest.Bundle {
@@ -313,10 +312,11 @@ func TestRunStopsWhenCancelled(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	r := newReaper(t, b, 0)
+	r.TestSignals.Init(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	time.Sleep(100 * time.Millisecond)
+	require.NotNil(t, r.TestSignals.PassDone.WaitOrTimeout(), "the first pass failed")
 	cancel()
 	select {
 	case err := <-done:

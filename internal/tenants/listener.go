@@ -72,6 +72,11 @@ type RevocationListener struct {
 	auth *Authenticator
 	l    *dbnotify.Listener
 	once sync.Once
+
+	// TestSignals are the signals of the listener underneath: no-ops
+	// until a test calls their Init, before Start. Notified fires once
+	// the revoked key has left the cache.
+	TestSignals *dbnotify.TestSignals
 }
 
 // NewRevocationListener returns a listener for auth; Start runs it.
@@ -109,6 +114,7 @@ func NewRevocationListener(auth *Authenticator, cfg RevocationListenerConfig) (*
 		return nil, err
 	}
 	r.l = l
+	r.TestSignals = &l.TestSignals
 	return r, nil
 }
 

@@ -2,6 +2,8 @@ package tenants_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -53,6 +55,7 @@ func setupListener(t *testing.T, cfg tenants.RevocationListenerConfig, gated boo
 	}
 	b.listener, err = tenants.NewRevocationListener(b.auth, cfg)
 	require.NoError(t, err)
+	b.listener.TestSignals.Init(t)
 	require.NoError(t, b.listener.Start(context.Background()))
 	require.False(t, b.auth.Caching(), "no cache before the listener listens")
 	t.Cleanup(b.listener.Stop)
@@ -74,20 +77,20 @@ func (b *listenerBundle) requireCached(t *testing.T, secret string) {
 	require.EqualValues(t, 1, b.db.n.Load()-before, "the key is cached after one lookup")
 }
 
-// requireRefusedWithin waits until secret is refused, failing after d.
+// requireRefusedWithin waits for the listener to hear that secret was
+// revoked, failing if that takes d or more, and checks it is then refused.
 func (b *listenerBundle) requireRefusedWithin(t *testing.T, secret string, d time.Duration) {
 	t.Helper()
 	start := time.Now()
-	for {
-		_, err := b.auth.Authenticate(t.Context(), secret)
-		if err != nil {
-			require.ErrorIs(t, err, tenants.ErrUnauthorized)
-			t.Logf("refused after %s", time.Since(start))
-			return
-		}
-		require.Less(t, time.Since(start), d, "a revoked key still works")
-		time.Sleep(5 * time.Millisecond)
+	sum := sha256.Sum256([]byte(secret))
+	want := hex.EncodeToString(sum[:])
+	for b.listener.TestSignals.Notified.WaitOrTimeout() != want {
 	}
+	heard := time.Since(start)
+	require.Less(t, heard, d, "the revocation was heard too late")
+	_, err := b.auth.Authenticate(t.Context(), secret)
+	require.ErrorIs(t, err, tenants.ErrUnauthorized)
+	t.Logf("refused after %s", heard)
 }
 
 func TestRevocationListenerEvictsRevokedKey(t *testing.T) {
@@ -157,7 +160,9 @@ func TestRevocationListenerSurvivesQuietPeriods(t *testing.T) {
 	t.Parallel()
 	b := setupListener(t, tenants.RevocationListenerConfig{HealthInterval: 20 * time.Millisecond}, false)
 	secret, id := createKey(t, b.pool, "acme")
-	time.Sleep(200 * time.Millisecond) // several health checks
+	for range 3 {
+		require.NoError(t, b.listener.TestSignals.HealthChecked.WaitOrTimeout(), "a health check failed")
+	}
 	b.requireCached(t, secret)
 	_, _, err := tenants.RevokeKey(t.Context(), b.pool, id)
 	require.NoError(t, err)

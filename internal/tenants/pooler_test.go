@@ -54,6 +54,7 @@ func TestRevocationsBehindATransactionPooler(t *testing.T) {
 	l, err := tenants.NewRevocationListener(auth, tenants.RevocationListenerConfig{Poll: pooled})
 	require.NoError(t, err)
 	require.True(t, l.Polling())
+	l.TestSignals.Init(t)
 	require.NoError(t, l.Start(ctx))
 	t.Cleanup(l.Stop)
 	require.NoError(t, l.WaitListening(ctx))
@@ -69,8 +70,14 @@ func TestRevocationsBehindATransactionPooler(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, before, db.n.Load(), "another key stays cached")
 	}
+	// nextPoll waits for a poll that ends after it is called.
+	nextPoll := func() {
+		for _, ok := l.TestSignals.Polled.Next(); ok; _, ok = l.TestSignals.Polled.Next() {
+		}
+		l.TestSignals.Polled.WaitOrTimeout()
+	}
 	for range 3 {
-		time.Sleep(tenants.PollIntervalDefault)
+		nextPoll()
 		stillCached()
 	}
 	_, _, err = tenants.RevokeKey(ctx, direct, id)
@@ -78,7 +85,7 @@ func TestRevocationsBehindATransactionPooler(t *testing.T) {
 	lb.requireRefusedWithin(t, secret, time.Second)
 	for range 3 {
 		// Polls drop the revoked key, never the others.
-		time.Sleep(tenants.PollIntervalDefault)
+		nextPoll()
 		stillCached()
 	}
 }

@@ -100,4 +100,5 @@ func (d *Deliverer) attempt(ctx context.Context, dl delivery) {
 	if d.TestAttemptDone != nil {
 		d.TestAttemptDone(res)
 	}
+	d.TestSignals.AttemptDone.Signal(res)
 }

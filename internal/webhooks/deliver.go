@@ -20,6 +20,7 @@ import (
 	"github.com/phasepay/phasepay/internal/events"
 	"github.com/phasepay/phasepay/internal/maintenance"
 	"github.com/phasepay/phasepay/internal/tenants"
+	"github.com/phasepay/phasepay/internal/testsignal"
 )
 
 // Defaults of DelivererConfig.
@@ -128,9 +129,33 @@ type Deliverer struct {
 	load          *load // attempts in flight (fair.go)
 
 	maintenance *maintenance.Service[EventsMaintenance]
-	// TestAttemptDone, if set, is called after each attempt is recorded
-	// (tests only).
+	// TestAttemptDone, if set, is called after each attempt is recorded.
+	// For tools that count every attempt (a signal drops what its buffer
+	// cannot hold); tests wait on TestSignals.
 	TestAttemptDone func(Result)
+	// TestSignals are no-ops until a test calls their Init, before Run.
+	TestSignals DelivererTestSignals
+}
+
+// DelivererTestSignals are the points of a Deliverer's work a test may
+// wait on.
+type DelivererTestSignals struct {
+	// PassDone carries how many attempts each pass of Run started. A pass
+	// that started none while deliveries are due found every one it may
+	// take excluded by its caps.
+	PassDone testsignal.Signal[int]
+	// AttemptDone carries each attempt once it is recorded (State empty
+	// if the lease was lost).
+	AttemptDone testsignal.Signal[Result]
+	// Listener are the signals of the listener that wakes the deliverer.
+	Listener dbnotify.TestSignals
+}
+
+// Init arms every signal for t.
+func (ts *DelivererTestSignals) Init(t testsignal.TB) {
+	ts.PassDone.Init(t)
+	ts.AttemptDone.Init(t)
+	ts.Listener.Init(t)
 }
 
 // NewDeliverer validates cfg, fills its defaults and returns a Deliverer.
@@ -204,13 +229,15 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			d.backlog(ctx)
 		case <-wake:
 		}
-		if _, err := d.RunOnce(ctx, &wg, wake); err != nil && !errors.Is(err, context.Canceled) {
+		started, err := d.RunOnce(ctx, &wg, wake)
+		if err != nil && !errors.Is(err, context.Canceled) {
 			if dbstate.Unavailable(err) {
 				d.log.WarnContext(ctx, "webhook pass: database unavailable, retrying next pass", "error", err.Error())
 			} else {
 				d.log.ErrorContext(ctx, "webhook pass failed", "error", err.Error())
 			}
 		}
+		d.TestSignals.PassDone.Signal(started)
 		if !t.Stop() {
 			select {
 			case <-t.C:
@@ -245,6 +272,7 @@ func (d *Deliverer) listen(ctx context.Context, wake chan<- struct{}) (stop func
 	if err != nil {
 		return nil, err
 	}
+	l.TestSignals = d.TestSignals.Listener
 	if err := l.Start(ctx); err != nil {
 		return nil, err
 	}

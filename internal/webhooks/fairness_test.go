@@ -91,10 +91,10 @@ func TestHangingTenantDelaysNoOtherTenant(t *testing.T) {
 		b.eventOf(t, tenantB)
 	}
 	cfg := webhooks.DelivererConfig{AllowPrivate: true} // 16 slots, the 10 s timeout
-	b.run(t, cfg)
+	d, _ := b.runDeliverer(t, cfg)
 	t.Cleanup(hang.release) // before the deliverer's stop, which waits for its attempts
+	waitCapped(d)           // B has taken every slot it may
 	require.Eventually(t, func() bool { return hang.inflight.Load() >= 6 }, 5*time.Second, 10*time.Millisecond)
-	time.Sleep(200 * time.Millisecond) // B has taken every slot it may
 
 	srv, got := receiver(t, ok)
 	b.endpointOf(t, tenantC, srv.URL)
@@ -128,10 +128,10 @@ func TestOneHostCannotTakeEverySlot(t *testing.T) {
 	// (localhost would be 127.0.0.1's own: a resolver answers it so).
 	srv, got := receiver(t, ok)
 	cfg := webhooks.DelivererConfig{AllowPrivate: true, Client: dialAllTo(strings.TrimPrefix(srv.URL, "http://"), "elsewhere.test")}
-	b.run(t, cfg)
+	d, _ := b.runDeliverer(t, cfg)
 	t.Cleanup(hang.release)
+	waitCapped(d) // the hanging host holds every slot it may
 	require.Eventually(t, func() bool { return hang.inflight.Load() >= 4 }, 5*time.Second, 10*time.Millisecond)
-	time.Sleep(300 * time.Millisecond)
 
 	other := b.newTenant(t, "elsewhere")
 	b.endpointOf(t, other, strings.Replace(srv.URL, "127.0.0.1", "elsewhere.test", 1))
