@@ -87,6 +87,24 @@ func (e *env) batching(ctx context.Context, res *Results) error {
 	if offTally.batches != 0 {
 		return fmt.Errorf("BATCH=false ran %d batches: the comparison would be of nothing", offTally.batches)
 	}
+	// One lane per kind or two: two batches of a kind in flight at once
+	// wait less for each other, and each holds fewer requests.
+	c := e.cfg.Levels[len(e.cfg.Levels)-1]
+	var twoTally batchTally
+	two := e.counted(e.stackArm("batch-lanes-2", map[string]string{"BATCH": "true", "BATCH_LANES": "2"}), &twoTally)
+	one := e.counted(e.stackArm("batch-lanes-1", map[string]string{"BATCH": "true", "BATCH_LANES": "1"}), &onTally)
+	b0, r0 := onTally.batches, onTally.requests
+	twos, ones, pairs, err := e.onOff(ctx, two, one, c, max(e.cfg.Reps, onOffPairs))
+	if err != nil {
+		return err
+	}
+	twoL, oneL := median(loads(twos)), median(loads(ones))
+	res.BatchLanes = &BatchingGain{Clients: c, On: twoL, Off: oneL, Gain: 1 - medianFloat(pairs.Costs),
+		P50Ratio: ratio(twoL.Latency.P50, oneL.Latency.P50), Pairs: pairs, OnCPU: medianCPU(twos), OffCPU: medianCPU(ones),
+		MeanBatch: ratio(float64(twoTally.requests), float64(twoTally.batches))}
+	e.log("  %2d clients: two lanes per kind %.0f/s (p50 %.2f ms, mean batch %.1f), one lane %.0f/s (p50 %.2f ms, mean batch %.1f): %.2f×",
+		c, twoL.PerSec, twoL.Latency.P50, res.BatchLanes.MeanBatch, oneL.PerSec, oneL.Latency.P50,
+		ratio(float64(onTally.requests-r0), float64(onTally.batches-b0)), res.BatchLanes.Gain)
 	return nil
 }
 

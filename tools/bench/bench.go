@@ -110,6 +110,9 @@ type Results struct {
 	// Batching is new charges with batching on against BATCH=false, per
 	// level (batching.go).
 	Batching []BatchingGain `json:"batching"`
+	// BatchLanes is two lanes per kind ("on") against one ("off"), at the
+	// highest level.
+	BatchLanes *BatchingGain `json:"batch_lanes,omitempty"`
 	// Passes is every background pass timed against backlogs it must not
 	// read (passes.go).
 	Passes *Passes `json:"background_passes,omitempty"`
