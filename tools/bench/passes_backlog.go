@@ -125,67 +125,71 @@ SELECT $1, 'evt_timeline', 'charge.authorized', t.finished,
 func (e *env) passesSetup(ctx context.Context) (w *passesWorld, stop func(), err error) {
 	name := e.passesDB()
 	if _, err := e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-		return nil, nil, err
+		return w, stop, err
 	}
 	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return nil, nil, err
+		return w, stop, err
 	}
 	w = &passesWorld{attemptDone: make(chan string, 16), seeded: map[string]int{}, recorder: &statementRecorder{}}
 	var cleanups []func()
-	stop = func() {
+	// stopAll, not stop, and every failure returns w and stop as they
+	// stand: the cleanups read w, and a return of nil would clear both
+	// before the deferred call runs them.
+	stopAll := func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
 			cleanups[i]()
 		}
 		_, _ = e.admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 	}
+	stop = stopAll
 	defer func() {
 		if err != nil {
-			stop()
+			stopAll()
 		}
 	}()
 	if w.url, err = databaseURL(e.cfg.AdminURL, name); err != nil {
-		return nil, nil, err
+		return w, stop, err
 	}
 	if out, err := e.run(ctx, "api", map[string]string{"DATABASE_URL": w.url}, "migrate"); err != nil {
-		return nil, nil, fmt.Errorf("migrate: %w: %s", err, out)
+		return w, stop, fmt.Errorf("migrate: %w: %s", err, out)
 	}
 	if w.seed, err = pgxpool.New(ctx, w.url); err != nil {
-		return nil, nil, err
+		return w, stop, err
 	}
 	cleanups = append(cleanups, w.seed.Close)
 	if w.pool, err = passesPool(ctx, w.url, w.recorder); err != nil {
-		return nil, nil, err
+		return w, stop, err
 	}
 	cleanups = append(cleanups, w.pool.Close)
 	if _, err := w.seed.Exec(ctx, passesPartitionsSQL); err != nil {
-		return nil, nil, fmt.Errorf("partitions: %w", err)
+		return w, stop, fmt.Errorf("partitions: %w", err)
 	}
 	for name, id := range map[string]*int64{"hoarder": &w.hoarder, "bystander": &w.bystander} {
 		if err := w.seed.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ($1) RETURNING id`, name).Scan(id); err != nil {
-			return nil, nil, err
+			return w, stop, err
 		}
 	}
 	hang, err := webhooks.Create(ctx, w.seed, w.hoarder, "http://hang.invalid/hook", []string{"*"})
 	if err != nil {
-		return nil, nil, err
+		return w, stop, err
 	}
 	w.hangID = hang.ID
 	if _, err := webhooks.Create(ctx, w.seed, w.hoarder, "http://idle.invalid/hook", []string{"*"}); err != nil {
-		return nil, nil, err
+		return w, stop, err
 	}
 	by, err := webhooks.Create(ctx, w.seed, w.bystander, "http://bystander.invalid/hook", []string{"*"})
 	if err != nil {
-		return nil, nil, err
+		return w, stop, err
 	}
 	if _, err := w.seed.Exec(ctx, keepersSQL, w.hoarder, w.hangID); err != nil {
-		return nil, nil, fmt.Errorf("keepers: %w", err)
+		return w, stop, fmt.Errorf("keepers: %w", err)
 	}
 	w.timelineKey = "timeline-key"
 	if _, err := w.seed.Exec(ctx, timelineKeySQL, w.hoarder, w.timelineKey); err != nil {
-		return nil, nil, fmt.Errorf("timeline key: %w", err)
+		return w, stop, fmt.Errorf("timeline key: %w", err)
 	}
 	if w.keys, err = idempotency.NewStore(idempotency.Config{}); err != nil {
-		return nil, nil, err
+		return w, stop, err
 	}
 
 	hangAddr, release := hangingListener()
@@ -198,7 +202,7 @@ func (e *env) passesSetup(ctx context.Context) (w *passesWorld, stop func(), err
 	w.deliverer, err = webhooks.NewDeliverer(w.pool, webhooks.DelivererConfig{AllowPrivate: true, Timeout: time.Hour, Lease: 2 * time.Hour,
 		Client: dialTo(map[string]string{"hang.invalid": hangAddr, "idle.invalid": byAddr, "bystander.invalid": byAddr})})
 	if err != nil {
-		return nil, nil, err
+		return w, stop, err
 	}
 	w.deliverer.TestAttemptDone = func(r webhooks.Result) {
 		if r.EndpointID == by.ID {
@@ -212,18 +216,22 @@ func (e *env) passesSetup(ctx context.Context) (w *passesWorld, stop func(), err
 
 	desk, err := operator.New(w.pool, operator.Config{PSPURL: "http://psp.invalid"})
 	if err != nil {
-		return nil, nil, err
+		return w, stop, err
 	}
 	cleanups = append(cleanups, func() { _ = desk.Close(context.Background()) })
 	const token = "bench-operator-token-0123456789"
-	srv, err := console.New(console.Config{Pool: w.pool, Desk: desk, Token: token})
-	if err != nil {
-		return nil, nil, err
-	}
-	hs := httptest.NewServer(srv.Handler())
+	// The console answers only to the address it listens on (its host
+	// guard), so the listener comes first.
+	hs := httptest.NewUnstartedServer(nil)
 	cleanups = append(cleanups, hs.Close)
+	srv, err := console.New(console.Config{Pool: w.pool, Desk: desk, Token: token, Addr: hs.Listener.Addr().String()})
+	if err != nil {
+		return w, stop, err
+	}
+	hs.Config.Handler = srv.Handler()
+	hs.Start()
 	if w.console, err = newConsoleClient(ctx, hs.URL, token); err != nil {
-		return nil, nil, err
+		return w, stop, err
 	}
 	return w, stop, nil
 }
