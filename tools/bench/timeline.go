@@ -78,12 +78,3 @@ func (e *env) timelineCost(ctx context.Context, res *Results) error {
 	}
 	return nil
 }
-
-// stackCPU is a load's CPU per request: the api's (in Machine's place, see
-// timelineCost) and the database's.
-func stackCPU(r LoadResult) StackCPU {
-	if r.CPU == nil {
-		return StackCPU{}
-	}
-	return StackCPU{API: r.CPU.Machine, Database: r.CPU.Database}
-}
