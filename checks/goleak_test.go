@@ -44,6 +44,37 @@ func leakUnchecked(files map[string]map[string]string) []string {
 func TestGoroutineStartingTestsVerifyNoLeaks(t *testing.T) {
 	t.Parallel()
 	files := map[string]map[string]string{}
+	serviceTestFiles(t, func(path string, src []byte) error {
+		dir := filepath.Dir(path)
+		if files[dir] == nil {
+			files[dir] = map[string]string{}
+		}
+		files[dir][filepath.Base(path)] = string(src)
+		return nil
+	})
+	require.Greater(t, len(files), 20, "the walk found too few test packages: is repoRoot right?")
+	require.Empty(t, leakUnchecked(files), "test packages that start goroutines without goleak.VerifyTestMain in a TestMain")
+}
+
+// The check finds a package that starts a server without goleak, and
+// passes one that verifies and one that starts nothing.
+func TestLeakCheckFindsUncheckedPackages(t *testing.T) {
+	t.Parallel()
+	bad := leakUnchecked(map[string]map[string]string{
+		"unchecked": {"a_test.go": `srv := httptest.NewServer(h)`},
+		"checked": {
+			"a_test.go":    `pool := testdb.New(t)`,
+			"main_test.go": `func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }`,
+		},
+		"pure": {"a_test.go": `require.Equal(t, 2, 1+1)`},
+	})
+	require.Equal(t, []string{"unchecked"}, bad)
+}
+
+// serviceTestFiles calls fn with every test file of the service's Go code
+// (internal/ and cmd/, testdata left out), and fails t on any error.
+func serviceTestFiles(t *testing.T, fn func(path string, src []byte) error) {
+	t.Helper()
 	for _, dir := range []string{"internal", "cmd"} {
 		err := filepath.WalkDir(filepath.Join(repoRoot, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -62,30 +93,8 @@ func TestGoroutineStartingTestsVerifyNoLeaks(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			dir := filepath.Dir(path)
-			if files[dir] == nil {
-				files[dir] = map[string]string{}
-			}
-			files[dir][filepath.Base(path)] = string(src)
-			return nil
+			return fn(path, src)
 		})
 		require.NoError(t, err)
 	}
-	require.Greater(t, len(files), 20, "the walk found too few test packages: is repoRoot right?")
-	require.Empty(t, leakUnchecked(files), "test packages that start goroutines without goleak.VerifyTestMain in a TestMain")
-}
-
-// The check finds a package that starts a server without goleak, and
-// passes one that verifies and one that starts nothing.
-func TestLeakCheckFindsUncheckedPackages(t *testing.T) {
-	t.Parallel()
-	bad := leakUnchecked(map[string]map[string]string{
-		"unchecked": {"a_test.go": `srv := httptest.NewServer(h)`},
-		"checked": {
-			"a_test.go":    `pool := testdb.New(t)`,
-			"main_test.go": `func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }`,
-		},
-		"pure": {"a_test.go": `require.Equal(t, 2, 1+1)`},
-	})
-	require.Equal(t, []string{"unchecked"}, bad)
 }

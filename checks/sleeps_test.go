@@ -5,9 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,32 +77,13 @@ func TestSleepsInTestsAreExplained(t *testing.T) {
 		explained int
 		files     int
 	)
-	for _, dir := range []string{"internal", "cmd"} {
-		err := filepath.WalkDir(filepath.Join(repoRoot, dir), func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() {
-				if d.Name() == "testdata" {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if !strings.HasSuffix(path, "_test.go") {
-				return nil
-			}
-			files++
-			src, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			bad, n, err := sleepsIn(fset, path, src)
-			found = append(found, bad...)
-			explained += n
-			return err
-		})
-		require.NoError(t, err)
-	}
+	serviceTestFiles(t, func(path string, src []byte) error {
+		files++
+		bad, n, err := sleepsIn(fset, path, src)
+		found = append(found, bad...)
+		explained += n
+		return err
+	})
 	require.Greater(t, files, 100, "the walk found too few test files: is repoRoot right?")
 	require.Empty(t, found)
 	require.LessOrEqual(t, explained, sleepsAllowed,
